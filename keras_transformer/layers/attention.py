@@ -1,0 +1,89 @@
+"""Multi-head scaled dot-product attention (section 3.2), with projected keys/values exposed
+so that a decoder can cache them."""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = softmax(Q_i K_i^T / sqrt(d_k)) V_i.
+
+    Args:
+        num_heads: h, the number of parallel heads.
+        key_dim: d_k, the per-head size of queries and keys.
+        value_dim: d_v, the per-head size of values.
+        dropout: dropout on the attention weights (0 in the paper).
+
+    Masks are boolean and broadcastable to [batch, heads, query_time, key_time]; True keeps a
+    position. Example:
+        attention = MultiHeadAttention(num_heads=8, key_dim=64, value_dim=64)
+        outputs = attention(x, x, mask=padding_mask)  # [batch, time, d_model]
+    """
+
+    def __init__(self, num_heads: int, key_dim: int, value_dim: int, dropout: float = 0.0,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.dropout = dropout
+        self.query_dense = keras.layers.Dense(num_heads * key_dim, dtype=self.dtype_policy,
+                                              name="query")
+        self.key_dense = keras.layers.Dense(num_heads * key_dim, dtype=self.dtype_policy,
+                                            name="key")
+        self.value_dense = keras.layers.Dense(num_heads * value_dim, dtype=self.dtype_policy,
+                                              name="value")
+        self.output_dense = None
+        self.weights_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.last_attention_weights = None
+
+    def build(self, query_shape, key_value_shape=None) -> None:
+        d_model = query_shape[-1]
+        key_value_shape = key_value_shape or query_shape
+        self.query_dense.build(query_shape)
+        self.key_dense.build(key_value_shape)
+        self.value_dense.build(key_value_shape)
+        self.output_dense = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="output")
+        self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
+
+    def project_key_value(self, key_value: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Projects [batch, time, d_model] to keys [batch, heads, time, d_k] and values."""
+        key = self._split_heads(self.key_dense(key_value), self.key_dim)
+        value = self._split_heads(self.value_dense(key_value), self.value_dim)
+        return key, value
+
+    def call(self, query: tf.Tensor, key_value: tf.Tensor | None = None,
+             key: tf.Tensor | None = None, value: tf.Tensor | None = None,
+             attention_mask: tf.Tensor | None = None, training: bool | None = None) -> tf.Tensor:
+        """Attends from `query` [batch, q_time, d_model] over `key_value` [batch, k_time, d_model],
+        or over already projected `key`/`value` [batch, heads, k_time, d_k|d_v]."""
+        if key is None or value is None:
+            key, value = self.project_key_value(query if key_value is None else key_value)
+        query = self._split_heads(self.query_dense(query), self.key_dim)  # [b, h, q, d_k]
+        scores = tf.matmul(query, key, transpose_b=True)  # [b, h, q, k]
+        scores = tf.cast(scores, tf.float32) * (self.key_dim ** -0.5)
+        if attention_mask is not None:
+            scores = tf.where(attention_mask, scores, tf.float32.min)
+        weights = tf.nn.softmax(scores, axis=-1)  # [b, h, q, k]
+        self.last_attention_weights = weights
+        weights = self.weights_dropout(tf.cast(weights, self.compute_dtype), training=training)
+        context = tf.matmul(weights, value)  # [b, h, q, d_v]
+        context = tf.transpose(context, [0, 2, 1, 3])  # [b, q, h, d_v]
+        batch, time = tf.shape(context)[0], tf.shape(context)[1]
+        context = tf.reshape(context, [batch, time, self.num_heads * self.value_dim])
+        return self.output_dense(context)  # [b, q, d_model]
+
+    def _split_heads(self, x: tf.Tensor, depth: int) -> tf.Tensor:
+        """[batch, time, heads * depth] -> [batch, heads, time, depth]."""
+        batch, time = tf.shape(x)[0], tf.shape(x)[1]
+        x = tf.reshape(x, [batch, time, self.num_heads, depth])
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    def compute_output_shape(self, query_shape, key_value_shape=None):
+        return query_shape
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
+                "value_dim": self.value_dim, "dropout": self.dropout}

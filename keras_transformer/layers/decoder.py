@@ -1,0 +1,88 @@
+"""One decoder layer (section 3.1): masked self-attention, encoder-decoder attention and a
+feed-forward network, with a key/value cache for incremental decoding."""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.encoder import EncoderLayer
+from keras_transformer.layers.sublayer import ResidualSublayer
+
+LayerCache = dict[str, tf.Tensor]
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderLayer(EncoderLayer):
+    """An encoder layer with encoder-decoder attention inserted after the self-attention.
+
+    Takes the same arguments as `EncoderLayer`. Teacher forcing: `layer(x, memory, causal_mask,
+    memory_mask)`. Incremental decoding: `cache = layer.init_cache(memory)` once, then
+    `x, cache = layer.step(x, cache, memory_mask)` for each new position; the cache holds the
+    self-attention keys/values of all earlier positions [batch, heads, time, d_k|d_v] and the
+    encoder-decoder keys/values, computed once [batch, heads, source_time, d_k|d_v].
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        policy = self.dtype_policy
+        self.cross_attention = MultiHeadAttention(
+            self.num_heads, self.key_dim, self.value_dim, self.attention_dropout, dtype=policy,
+            name="cross_attention")
+        self.cross_attention_block = ResidualSublayer(
+            self.dropout, self.norm_first, self.epsilon, dtype=policy,
+            name="cross_attention_block")
+
+    def build(self, x_shape, memory_shape=None) -> None:
+        super().build(x_shape)
+        self.cross_attention.build(x_shape, memory_shape or x_shape)
+        self.cross_attention_block.build(x_shape)
+
+    def call(self, x: tf.Tensor, memory: tf.Tensor, attention_mask: tf.Tensor | None = None,
+             memory_mask: tf.Tensor | None = None, training: bool | None = None) -> tf.Tensor:
+        """x [batch, target_time, d_model], memory [batch, source_time, d_model]."""
+        x = self.self_attention_block(
+            x, sublayer=lambda h: self.self_attention(h, attention_mask=attention_mask,
+                                                      training=training),
+            training=training)
+        x = self.cross_attention_block(
+            x, sublayer=lambda h: self.cross_attention(h, memory, attention_mask=memory_mask,
+                                                       training=training),
+            training=training)
+        return self.feed_forward_block(
+            x, sublayer=lambda h: self.feed_forward(h, training=training),
+            training=training)
+
+    def init_cache(self, memory: tf.Tensor) -> LayerCache:
+        """The cache before the first step: empty self-attention keys/values and the
+        encoder-decoder keys/values of `memory` [batch, source_time, d_model]."""
+        cross_key, cross_value = self.cross_attention.project_key_value(memory)
+        batch = tf.shape(memory)[0]
+        return {
+            "self_key": tf.zeros([batch, self.num_heads, 0, self.key_dim], cross_key.dtype),
+            "self_value": tf.zeros([batch, self.num_heads, 0, self.value_dim], cross_key.dtype),
+            "cross_key": cross_key,
+            "cross_value": cross_value,
+        }
+
+    def step(self, x: tf.Tensor, cache: LayerCache,
+             memory_mask: tf.Tensor | None = None) -> tuple[tf.Tensor, LayerCache]:
+        """Decodes one position: x [batch, 1, d_model] -> ([batch, 1, d_model], new cache)."""
+        new_cache = dict(cache)
+
+        def attend_to_prefix(h: tf.Tensor) -> tf.Tensor:
+            key, value = self.self_attention.project_key_value(h)  # [b, h, 1, d]
+            new_cache["self_key"] = tf.concat([cache["self_key"], key], axis=2)
+            new_cache["self_value"] = tf.concat([cache["self_value"], value], axis=2)
+            return self.self_attention(h, key=new_cache["self_key"],
+                                       value=new_cache["self_value"])
+
+        x = self.self_attention_block(x, sublayer=attend_to_prefix)
+        x = self.cross_attention_block(
+            x, sublayer=lambda h: self.cross_attention(
+                h, key=cache["cross_key"], value=cache["cross_value"], attention_mask=memory_mask))
+        x = self.feed_forward_block(x, sublayer=self.feed_forward)
+        return x, new_cache
+
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return x_shape

@@ -1,0 +1,49 @@
+"""One embedding matrix shared by the source, the target and the pre-softmax projection
+(section 3.4)."""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class SharedEmbedding(keras.layers.Layer):
+    """Token embeddings multiplied by sqrt(d_model); `logits` reuses the same matrix transposed.
+
+    The matrix is initialised with stddev d_model^-0.5 so that the scaled embeddings have unit
+    variance, as in tensor2tensor.
+
+    Args:
+        vocab_size: size of the shared subword vocabulary.
+        d_model: the model width.
+
+    Example:
+        embedding = SharedEmbedding(vocab_size=37000, d_model=512)
+        x = embedding(ids)            # [batch, time] -> [batch, time, d_model]
+        logits = embedding.logits(h)  # [batch, time, d_model] -> [batch, time, vocab] float32
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+
+    def build(self, input_shape=None) -> None:
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=(self.vocab_size, self.d_model),
+            initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
+
+    def call(self, ids: tf.Tensor) -> tf.Tensor:
+        table = tf.cast(self.embeddings, self.compute_dtype)
+        return tf.gather(table, ids) * tf.cast(self.d_model ** 0.5, self.compute_dtype)
+
+    def logits(self, hidden: tf.Tensor) -> tf.Tensor:
+        """Pre-softmax projection with the transposed embedding matrix, in float32."""
+        table = tf.cast(self.embeddings, hidden.dtype)
+        return tf.cast(tf.matmul(hidden, table, transpose_b=True), tf.float32)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.d_model)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}

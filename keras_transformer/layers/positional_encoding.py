@@ -1,0 +1,71 @@
+"""Positional encodings (section 3.5): the paper's sinusoids, or learned embeddings
+(Table 3, row E)."""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+
+def sinusoidal_table(positions: tf.Tensor, d_model: int) -> tf.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...), interleaved.
+
+    Args:
+        positions: int or float [time].
+    Returns:
+        float32 [time, d_model].
+    """
+    positions = tf.cast(positions, tf.float32)[:, None]  # [time, 1]
+    even_dims = tf.range(0, d_model, 2, dtype=tf.float32)  # 2i: [ceil(d_model / 2)]
+    angles = positions / tf.pow(10000.0, even_dims / d_model)  # [time, ceil(d_model / 2)]
+    interleaved = tf.stack([tf.sin(angles), tf.cos(angles)], axis=-1)  # [time, d/2, 2]
+    return tf.reshape(interleaved, [tf.shape(positions)[0], -1])[:, :d_model]
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class SinusoidalPositionalEncoding(keras.layers.Layer):
+    """Adds the sinusoidal encoding of positions start, start+1, ... to [batch, time, d_model].
+
+    It has no weights and extrapolates to any length.
+
+    Example:
+        x = SinusoidalPositionalEncoding()(embedded)                 # positions 0..time-1
+        x = SinusoidalPositionalEncoding()(embedded, start=step)     # one decoding step
+    """
+
+    def call(self, x: tf.Tensor, start: tf.Tensor | int = 0) -> tf.Tensor:
+        positions = tf.range(tf.shape(x)[1]) + start  # [time]
+        table = sinusoidal_table(positions, x.shape[-1])  # [time, d_model]
+        return x + tf.cast(table, x.dtype)[None]
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LearnedPositionalEmbedding(keras.layers.Layer):
+    """Adds a learned embedding of positions start, start+1, ... (at most `max_length`).
+
+    Args:
+        max_length: the number of positions with an embedding.
+    """
+
+    def __init__(self, max_length: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.max_length = max_length
+
+    def build(self, input_shape) -> None:
+        self.position_embeddings = self.add_weight(
+            name="position_embeddings", shape=(self.max_length, input_shape[-1]),
+            initializer=keras.initializers.RandomNormal(stddev=input_shape[-1] ** -0.5))
+
+    def call(self, x: tf.Tensor, start: tf.Tensor | int = 0) -> tf.Tensor:
+        positions = tf.range(tf.shape(x)[1]) + start  # [time]
+        positions = tf.minimum(positions, self.max_length - 1)
+        table = tf.gather(tf.cast(self.position_embeddings, x.dtype), positions)
+        return x + table[None]
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "max_length": self.max_length}

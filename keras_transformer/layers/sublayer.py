@@ -1,0 +1,49 @@
+"""Residual connection, dropout and layer normalisation around a sub-layer (section 3.1, 5.4)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ResidualSublayer(keras.layers.Layer):
+    """Post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x))).
+    Pre-norm (option): x + Dropout(Sublayer(LayerNorm(x))).
+
+    Args:
+        dropout: P_drop, applied to the sub-layer output before the residual sum.
+        norm_first: pre-norm instead of the paper's post-norm.
+        epsilon: the layer normalisation epsilon.
+
+    Example:
+        block = ResidualSublayer(dropout=0.1)
+        y = block(x, sublayer=ffn)
+    """
+
+    def __init__(self, dropout: float, norm_first: bool = False, epsilon: float = 1e-6,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.dropout = dropout
+        self.norm_first = norm_first
+        self.epsilon = epsilon
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=epsilon,
+                                                          dtype=self.dtype_policy)
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape) -> None:
+        self.layer_norm.build(input_shape)
+
+    def call(self, x: tf.Tensor, sublayer: Callable[[tf.Tensor], tf.Tensor],
+             training: bool | None = None) -> tf.Tensor:
+        if self.norm_first:
+            return x + self.output_dropout(sublayer(self.layer_norm(x)), training=training)
+        return self.layer_norm(x + self.output_dropout(sublayer(x), training=training))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "dropout": self.dropout, "norm_first": self.norm_first,
+                "epsilon": self.epsilon}

@@ -1,0 +1,155 @@
+"""The encoder-decoder Transformer (section 3, figure 1)."""
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.config import ModelConfig
+from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
+                                      SharedEmbedding, SinusoidalPositionalEncoding)
+
+Cache = dict[str, Any]
+
+
+def padding_mask(ids: tf.Tensor, pad_id: int) -> tf.Tensor:
+    """True at real tokens: [batch, time] -> bool [batch, 1, 1, time] (broadcasts over heads
+    and queries)."""
+    return tf.not_equal(ids, pad_id)[:, None, None, :]
+
+
+def causal_mask(length: tf.Tensor) -> tf.Tensor:
+    """True where query position i may attend to key position j <= i: bool [1, 1, time, time]."""
+    positions = tf.range(length)
+    return (positions[None, :] <= positions[:, None])[None, None]
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """The paper's Transformer with one embedding matrix shared by source, target and the
+    pre-softmax projection.
+
+    Inputs are token ids with `config.pad_id` as padding; the target fed to the decoder starts
+    with BOS (teacher forcing: `target_in = target[:, :-1]`, labels `target[:, 1:]`).
+
+    Example:
+        model = Transformer(ModelConfig.from_preset("base", vocab_size=37000))
+        logits = model({"source_ids": src, "target_ids": tgt_in})  # [batch, tgt_time, vocab]
+        memory, memory_mask = model.encode(src)
+        cache = model.init_cache(memory, memory_mask)
+        logits, cache = model.decode_step(last_ids, step, cache)    # [batch, vocab]
+    """
+
+    def __init__(self, config: ModelConfig | dict, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.model_config = config if isinstance(config, ModelConfig) else ModelConfig(**config)
+        c = self.model_config
+        policy = self.dtype_policy
+        self.embedding = SharedEmbedding(c.vocab_size, c.d_model, dtype=policy, name="embedding")
+        if c.positional_encoding == "learned":
+            self.source_positions = LearnedPositionalEmbedding(c.max_length, dtype=policy,
+                                                               name="source_positions")
+            self.target_positions = LearnedPositionalEmbedding(c.max_length, dtype=policy,
+                                                               name="target_positions")
+        else:
+            self.source_positions = self.target_positions = SinusoidalPositionalEncoding(
+                dtype=policy, name="positional_encoding")
+        self.source_dropout = keras.layers.Dropout(c.dropout, dtype=policy)
+        self.target_dropout = keras.layers.Dropout(c.dropout, dtype=policy)
+        layer_args = dict(num_heads=c.num_heads, key_dim=c.head_key_dim,
+                          value_dim=c.head_value_dim, d_ff=c.d_ff, dropout=c.dropout,
+                          attention_dropout=c.attention_dropout, relu_dropout=c.relu_dropout,
+                          norm_first=c.norm_first, epsilon=c.layer_norm_epsilon, dtype=policy)
+        self.encoder_layers = [EncoderLayer(**layer_args, name=f"encoder_{i}")
+                               for i in range(c.num_encoder_layers)]
+        self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_{i}")
+                               for i in range(c.num_decoder_layers)]
+        # Pre-norm stacks end with a layer normalisation; post-norm layers already end with one.
+        self.encoder_norm = self.decoder_norm = None
+        if c.norm_first:
+            self.encoder_norm = keras.layers.LayerNormalization(
+                epsilon=c.layer_norm_epsilon, dtype=policy, name="encoder_norm")
+            self.decoder_norm = keras.layers.LayerNormalization(
+                epsilon=c.layer_norm_epsilon, dtype=policy, name="decoder_norm")
+
+    def build(self, input_shape=None) -> None:
+        hidden_shape = (None, None, self.model_config.d_model)
+        self.embedding.build()
+        for positions in {id(self.source_positions): self.source_positions,
+                          id(self.target_positions): self.target_positions}.values():
+            positions.build(hidden_shape)
+        for layer in self.encoder_layers:
+            layer.build(hidden_shape)
+        for layer in self.decoder_layers:
+            layer.build(hidden_shape, hidden_shape)
+        for norm in (self.encoder_norm, self.decoder_norm):
+            if norm is not None:
+                norm.build(hidden_shape)
+        self.built = True
+
+    def call(self, inputs: dict[str, tf.Tensor], training: bool | None = None) -> tf.Tensor:
+        """{"source_ids": [batch, src_time], "target_ids": [batch, tgt_time]} ->
+        float32 logits [batch, tgt_time, vocab]."""
+        memory, memory_mask = self.encode(inputs["source_ids"], training=training)
+        return self.decode(inputs["target_ids"], memory, memory_mask, training=training)
+
+    def encode(self, source_ids: tf.Tensor,
+               training: bool | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """[batch, src_time] ->
+        (memory [batch, src_time, d_model], padding mask [batch, 1, 1, src_time])."""
+        mask = padding_mask(source_ids, self.model_config.pad_id)
+        x = self.source_positions(self.embedding(source_ids))  # [b, s, d]
+        x = self.source_dropout(x, training=training)
+        for layer in self.encoder_layers:
+            x = layer(x, attention_mask=mask, training=training)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, mask
+
+    def decode(self, target_ids: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor,
+               training: bool | None = None) -> tf.Tensor:
+        """Teacher forcing: [batch, tgt_time] -> float32 logits [batch, tgt_time, vocab]."""
+        mask = causal_mask(tf.shape(target_ids)[1])  # [1, 1, t, t]
+        x = self.target_positions(self.embedding(target_ids))  # [b, t, d]
+        x = self.target_dropout(x, training=training)
+        for layer in self.decoder_layers:
+            x = layer(x, memory, attention_mask=mask, memory_mask=memory_mask,
+                      training=training)
+        return self._logits(x)
+
+    def init_cache(self, memory: tf.Tensor, memory_mask: tf.Tensor) -> Cache:
+        """The decoding cache for `memory` [batch, src_time, d_model]: every tensor in it has
+        the batch as its leading dimension, so beam search can tile and reorder it."""
+        cache: Cache = {"memory_mask": memory_mask}
+        for i, layer in enumerate(self.decoder_layers):
+            cache[f"layer_{i}"] = layer.init_cache(memory)
+        return cache
+
+    def decode_step(self, ids: tf.Tensor, step: tf.Tensor | int,
+                    cache: Cache) -> tuple[tf.Tensor, Cache]:
+        """Decodes position `step` given its input token ids [batch]: returns float32 logits
+        [batch, vocab] for the next token and the cache extended by one position."""
+        x = self.target_positions(self.embedding(ids[:, None]), start=step)  # [b, 1, d]
+        new_cache: Cache = {"memory_mask": cache["memory_mask"]}
+        for i, layer in enumerate(self.decoder_layers):
+            x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"],
+                                                     cache["memory_mask"])
+        return self._logits(x)[:, 0], new_cache
+
+    def _logits(self, x: tf.Tensor) -> tf.Tensor:
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return self.embedding.logits(x)  # [b, t, vocab] float32
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "trainable": self.trainable,
+                "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
+                "config": self.model_config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config: dict) -> Transformer:
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
+        return cls(ModelConfig(**config.pop("config")), **config)

@@ -1,0 +1,30 @@
+"""keras-transformer: the Transformer of "Attention Is All You Need" as a TF/Keras NMT pipeline."""
+from setuptools import find_packages, setup
+
+setup(
+    name="keras-transformer",
+    version="0.1.0",
+    description="The paper's Transformer as Keras 3 layers with a tf.distribute NMT pipeline "
+    "and SavedModel/ONNX exports that carry beam search.",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=["keras_transformer*", "pipelines*", "export*"]),
+    package_data={"pipelines": ["configs/*.yaml"], "export": ["serving/*"]},
+    install_requires=[
+        "tensorflow==2.21.0",
+        "keras==3.15.1",
+        "tensorflow-text==2.21.1",
+        "tensorflow-datasets==4.9.10",
+        "importlib_resources==7.1.0",
+        "sacrebleu==2.6.0",
+        "sentencepiece==0.2.3",
+        "tf2onnx==1.17.0",
+        "onnx==1.23.2",
+        "onnxruntime==1.31.1",
+        "onnxruntime-extensions==0.15.2",
+        "pyyaml==6.0.3",
+    ],
+    extras_require={
+        "test": ["pytest==9.2.0"],
+    },
+    entry_points={"console_scripts": ["keras-transformer=pipelines.cli:main"]},
+)

@@ -1,0 +1,58 @@
+import pytest
+
+from keras_transformer import PRESETS, ModelConfig, Transformer
+
+# Table 3 of the paper: N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls.
+TABLE_3 = {
+    "base": (6, 512, 2048, 8, 64, 64, 0.1, 0.1),
+    "big": (6, 1024, 4096, 16, 64, 64, 0.3, 0.1),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(TABLE_3))
+def test_paper_presets_match_table_3(preset):
+    c = ModelConfig.from_preset(preset)
+    row = (c.num_encoder_layers, c.d_model, c.d_ff, c.num_heads, c.head_key_dim,
+           c.head_value_dim, c.dropout, c.label_smoothing)
+    assert row == TABLE_3[preset]
+    assert c.num_decoder_layers == c.num_encoder_layers
+    assert not c.norm_first and c.positional_encoding == "sinusoidal"
+
+
+def test_small_preset():
+    c = ModelConfig.from_preset("small")
+    assert (c.d_model, c.num_encoder_layers, c.num_decoder_layers, c.num_heads, c.d_ff) == (
+        256, 3, 3, 4, 1024)
+
+
+@pytest.mark.parametrize("preset, low, high", [("base", 63e6, 65.5e6), ("big", 210e6, 216e6)])
+def test_parameter_count_matches_paper(preset, low, high):
+    model = Transformer(ModelConfig.from_preset(preset, vocab_size=37000))
+    model.build()
+    assert low <= model.count_params() <= high
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (dict(d_model=100, num_heads=8), "num_heads"),
+    (dict(dropout=-0.1), "dropout"),
+    (dict(label_smoothing=1.5), "label_smoothing"),
+    (dict(vocab_size=0), "vocab_size"),
+    (dict(num_heads=2.5), "num_heads"),
+    (dict(positional_encoding="rotary"), "positional_encoding"),
+])
+def test_bad_config_names_the_field(overrides, field):
+    with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
+        ModelConfig.from_preset("tiny", **overrides)
+
+
+def test_unknown_preset_and_field():
+    with pytest.raises(ValueError, match="unknown model preset 'huge'"):
+        ModelConfig.from_preset("huge")
+    with pytest.raises(ValueError, match="d_modle"):
+        ModelConfig.from_preset("tiny", d_modle=64)
+
+
+def test_explicit_head_dims_allow_indivisible_width():
+    c = ModelConfig.from_preset("tiny", d_model=100, num_heads=8, key_dim=16, value_dim=16)
+    assert (c.head_key_dim, c.head_value_dim) == (16, 16)
+    assert set(PRESETS) == {"tiny", "small", "base", "big"}

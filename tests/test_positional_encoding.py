@@ -1,0 +1,39 @@
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.layers import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from keras_transformer.layers.positional_encoding import sinusoidal_table
+
+
+def test_sinusoid_matches_paper_formula_at_hand_computed_points():
+    d_model = 512
+    table = sinusoidal_table(tf.range(100), d_model).numpy()
+    assert table.shape == (100, d_model)
+    assert table[0, 0] == 0.0 and table[0, 1] == 1.0  # sin(0), cos(0)
+    assert math.isclose(table[1, 0], math.sin(1.0), rel_tol=1e-6)
+    assert math.isclose(table[1, 1], math.cos(1.0), rel_tol=1e-6)
+    # PE(pos=7, 2i=10) = sin(7 / 10000^(10/512)); PE(7, 11) = cos of the same angle.
+    angle = 7 / 10000 ** (10 / 512)
+    assert math.isclose(table[7, 10], math.sin(angle), rel_tol=1e-5)
+    assert math.isclose(table[7, 11], math.cos(angle), rel_tol=1e-5)
+    # The last pair has wavelength 2*pi*10000^(510/512): nearly constant over 100 positions.
+    assert math.isclose(table[99, 511], math.cos(99 / 10000 ** (510 / 512)), rel_tol=1e-5)
+
+
+def test_sinusoid_offset_equals_slice():
+    x = tf.zeros([2, 3, 8])
+    full = SinusoidalPositionalEncoding()(tf.zeros([2, 8, 8]))
+    shifted = SinusoidalPositionalEncoding()(x, start=5)
+    np.testing.assert_allclose(shifted, full[:, 5:8], atol=1e-6)
+
+
+def test_learned_positions_are_weights_and_offset():
+    layer = LearnedPositionalEmbedding(max_length=16)
+    full = layer(tf.zeros([1, 6, 4]))
+    step = layer(tf.zeros([1, 1, 4]), start=4)
+    assert len(layer.trainable_weights) == 1
+    np.testing.assert_allclose(step[:, 0], full[:, 4], atol=1e-6)
+    restored = LearnedPositionalEmbedding.from_config(layer.get_config())
+    assert restored.max_length == 16

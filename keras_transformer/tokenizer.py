@@ -1,0 +1,96 @@
+"""The shared subword vocabulary: SentencePiece training, and the in-graph tokenizer.
+
+One SentencePiece model file drives training, evaluation and the exported graphs. It is
+trained with identity normalization and byte fallback, so `detokenize(tokenize(text))` gives
+back any text whose whitespace is single spaces, with none leading or trailing (every corpus
+is cleaned so), character for character: no Unicode normalization, no unknown token.
+Token ids: PAD_ID 0, UNK_ID 1, BOS_ID 2, EOS_ID 3.
+"""
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Sequence
+
+import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2 as model_pb2
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+VOCAB_TYPES = ("bpe", "unigram")
+
+
+def train_sentencepiece(files: Sequence[str | Path], *, vocab_size: int,
+                        model_type: str = "bpe", character_coverage: float = 1.0,
+                        max_sentences: int = 2_000_000, seed: int = 0) -> bytes:
+    """Learns one vocabulary from text files (a sentence a line); returns the model's bytes.
+
+    At most `max_sentences` lines, sampled with `seed`, are read. `vocab_size` is an upper
+    bound: a small corpus can yield fewer pieces (read `Tokenizer.vocab_size`). The model
+    keeps no trace of the machine (input paths, threads), so equal inputs give equal bytes.
+    """
+    if model_type not in VOCAB_TYPES:
+        raise ValueError(f"model_type must be one of {VOCAB_TYPES}, got {model_type!r}")
+    spm.set_random_generator_seed(seed)
+    writer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        input=[str(f) for f in files], model_writer=writer, vocab_size=vocab_size,
+        model_type=model_type, character_coverage=character_coverage,
+        input_sentence_size=max_sentences, shuffle_input_sentence=True, hard_vocab_limit=False,
+        byte_fallback=True, normalization_rule_name="identity",
+        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        num_threads=os.cpu_count() or 1, minloglevel=2)
+    model = model_pb2.ModelProto.FromString(writer.getvalue())
+    model.trainer_spec.ClearField("input")
+    model.trainer_spec.ClearField("model_prefix")
+    model.trainer_spec.ClearField("num_threads")
+    return model.SerializeToString()
+
+
+def vocabulary(model_proto: bytes) -> list[tuple[str, float]]:
+    """(piece, score) by id, as SentencePiece's .vocab file lists them."""
+    model = model_pb2.ModelProto.FromString(model_proto)
+    return [(piece.piece, piece.score) for piece in model.pieces]
+
+
+class Tokenizer(tf.Module):
+    """In-graph SentencePiece (tensorflow-text) from the model's bytes; TF Serving safe.
+
+    Example:
+        >>> tokenizer = Tokenizer.from_file("runs/demo/vocab/spm.model")
+        >>> ids = tokenizer.tokenize(tf.constant(["Hello."]), add_eos=True)  # [1, (time)]
+        >>> tokenizer.detokenize(ids)  # [b"Hello."]
+    """
+
+    def __init__(self, model_proto: bytes, name: str | None = None):
+        super().__init__(name=name)
+        self.model_proto = model_proto
+        self.vocab_size = spm.SentencePieceProcessor(model_proto=model_proto).get_piece_size()
+        self._sentencepiece = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Tokenizer:
+        """The tokenizer of a .model file written by `train_sentencepiece`."""
+        return cls(Path(path).read_bytes())
+
+    def tokenize(self, text: tf.Tensor, *, add_bos: bool = False,
+                 add_eos: bool = False) -> tf.RaggedTensor:
+        """Strings [batch] -> int32 ids [batch, (time)], optionally framed by BOS / EOS."""
+        ids = self._sentencepiece.tokenize(text)  # [batch, (time)]
+        batch = tf.shape(text)[0]
+        bos = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], BOS_ID))  # [batch, 1]
+        eos = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], EOS_ID))  # [batch, 1]
+        parts = [bos] * add_bos + [ids] + [eos] * add_eos
+        return tf.concat(parts, axis=1) if len(parts) > 1 else ids
+
+    def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
+        """Ids [batch, time] -> strings [batch]: stops at each row's first EOS and skips
+        PAD and BOS, so padded or beam-search output decodes as is."""
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)
+        ids = tf.cast(ids, tf.int32)  # [batch, time]
+        before_eos = tf.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1, exclusive=True) == 0
+        keep = before_eos & (ids != EOS_ID) & (ids != PAD_ID) & (ids != BOS_ID)  # [batch, time]
+        return self._sentencepiece.detokenize(tf.ragged.boolean_mask(ids, keep))  # [batch]

@@ -1,0 +1,267 @@
+"""YAML pipeline config -> validated frozen dataclasses, with errors naming file, line and key.
+
+A config is a YAML mapping: `name` (the run name), optional `run_dir` (default `runs/NAME`,
+relative to the working directory) and one section per stage. Each section is a frozen
+dataclass and one field of `PipelineConfig`: adding a section is one dataclass plus one field.
+Validation is generic over dataclass fields (str, int, float, bool, Path, Literal, Optional,
+tuple[X, ...], nested dataclasses); a `Path` field that is relative resolves against the
+directory of the config file. Semantic checks live in each dataclass's `__post_init__`: a
+`FieldError` names its key, any other `ValueError` is reported against the section.
+
+Example:
+    >>> config = load_config("demo")
+    >>> config.data.source, config.run_path
+    ('bible:en-fr', PosixPath('runs/demo'))
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+
+from pipelines import InputError
+from pipelines.sources import check_source_spec
+
+BUILTIN_CONFIGS = Path(__file__).with_name("configs")  # package data: pipelines/configs/*.yaml
+T = TypeVar("T")
+
+
+class ConfigError(InputError):
+    """An invalid pipeline config; the message starts with `FILE:LINE: KEY:`."""
+
+
+class FieldError(ValueError):
+    """Raised by a dataclass `__post_init__` to blame one of its fields."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitFiles:
+    """One split of a user corpus: parallel files `src` and `tgt` (one sentence per line), or a
+    `tsv` file with `source<TAB>target` lines. Relative paths resolve against the config file."""
+
+    src: Path | None = None
+    tgt: Path | None = None
+    tsv: Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.src is None) != (self.tgt is None):
+            raise FieldError("tgt" if self.src else "src", "src and tgt go together")
+        if (self.tsv is None) == (self.src is None):
+            raise ValueError("give either src and tgt, or tsv")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """The `data` section: the corpus, its cleaning, the shared vocabulary and the batching.
+
+    `source` is `bible:SRC-TGT` (builtin, e.g. `bible:en-fr`), `tfds:NAME/CONFIG` (e.g.
+    `tfds:wmt14_translate/de-en`; `src_lang`/`tgt_lang` pick the feature keys, default the
+    builder's supervised keys) or `files` (`train`, optional `dev`/`test`). A split the source
+    lacks is held out from train: `holdout` pairs (whole chapters for the Bible).
+    """
+
+    source: str
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    train: SplitFiles | None = None
+    dev: SplitFiles | None = None
+    test: SplitFiles | None = None
+    tfds_data_dir: Path | None = None  # where TFDS keeps its data (default ~/tensorflow_datasets)
+    holdout: int = 1000
+    max_length_ratio: float = 2.0  # drop train pairs whose lengths in characters differ more
+    vocab_size: int = 8000  # shared SentencePiece pieces (an upper bound on small corpora)
+    vocab_type: Literal["bpe", "unigram"] = "bpe"
+    character_coverage: float = 1.0  # rarer characters fall back to byte pieces
+    vocab_max_sentences: int = 2_000_000  # train lines sampled to learn the vocabulary
+    max_length: int = 128  # tokens of a side, BOS / EOS included; longer pairs are skipped
+    batch_tokens: int = 4096  # per side and batch, padding included, over all replicas
+    shuffle_buffer: int = 100_000
+    seed: int = 1234  # shuffling, held-out sampling, vocabulary sampling
+
+    def __post_init__(self) -> None:
+        message = check_source_spec(self.source)
+        if message:
+            raise FieldError("source", f"{message}, got {self.source!r}")
+        for key, low in (("holdout", 1), ("vocab_size", 300), ("vocab_max_sentences", 1000),
+                         ("max_length", 3), ("batch_tokens", 1), ("shuffle_buffer", 1)):
+            if getattr(self, key) < low:
+                raise FieldError(key, f"must be at least {low}, got {getattr(self, key)!r}")
+        if not 0 < self.character_coverage <= 1:
+            raise FieldError("character_coverage",
+                             f"must be in (0, 1], got {self.character_coverage!r}")
+        if self.max_length_ratio and self.max_length_ratio < 1:
+            raise FieldError("max_length_ratio",
+                             f"must be 0 (off) or at least 1, got {self.max_length_ratio!r}")
+        if self.batch_tokens < self.max_length:
+            raise FieldError("batch_tokens", f"must be at least max_length ({self.max_length}) "
+                             f"so that the longest pair fits a batch, got {self.batch_tokens!r}")
+        kind = self.source.split(":")[0]
+        if kind == "files" and self.train is None:
+            raise FieldError("source", "source 'files' needs a train split (data.train)")
+        for key in ("train", "dev", "test"):
+            if kind != "files" and getattr(self, key) is not None:
+                raise FieldError(key, f"only source 'files' takes split files, not {self.source!r}")
+        for key in ("src_lang", "tgt_lang"):
+            if kind == "bible" and getattr(self, key) is not None:
+                raise FieldError(key, "the languages of bible:SRC-TGT come from the source")
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    """A whole pipeline: the run name and directory, and one section per stage."""
+
+    name: str
+    data: DataConfig
+    run_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
+            raise FieldError("name", f"must be letters, digits, '.', '_' or '-', got {self.name!r}")
+
+    @property
+    def run_path(self) -> Path:
+        """Where this run's outputs live: `run_dir`, else runs/NAME."""
+        return Path(self.run_dir) if self.run_dir else Path("runs") / self.name
+
+
+def builtin_configs() -> list[str]:
+    """Names of the configs shipped in pipelines/configs (e.g. `demo`)."""
+    return sorted(path.stem for path in BUILTIN_CONFIGS.glob("*.yaml"))
+
+
+def resolve_config_path(path_or_name: str | Path) -> Path:
+    """The YAML file for a path, or for a builtin name such as `demo`."""
+    path = Path(path_or_name)
+    if path.is_file():
+        return path
+    if str(path_or_name) in builtin_configs():
+        return BUILTIN_CONFIGS / f"{path_or_name}.yaml"
+    raise ConfigError(f"{path_or_name}: no such config file, nor a builtin config "
+                      f"(builtins: {', '.join(builtin_configs())})")
+
+
+def load_config(path_or_name: str | Path) -> PipelineConfig:
+    """Reads and validates a pipeline config (a YAML path or a builtin name).
+
+    Raises:
+        ConfigError: `FILE:LINE: KEY: problem, got VALUE` for the first problem found.
+    """
+    return load_yaml(resolve_config_path(path_or_name), PipelineConfig)
+
+
+def load_yaml(path: Path, cls: type[T]) -> T:
+    """Reads a YAML mapping into the dataclass `cls`, validating every key against its type."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise ConfigError(f"{path}:{line}: not valid UTF-8") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML: {getattr(error, 'problem', error)}") from None
+    lines: dict[str, int] = {}
+    if node is not None:
+        _key_lines(node, "", lines)
+    return _Builder(path, lines).build(cls, data, "")
+
+
+def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
+    """Records the 1-based line of every key path (`data.vocab_size`, `a.b[2]`) under a node."""
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+            lines[key] = key_node.start_mark.line + 1
+            _key_lines(value_node, key, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[f"{prefix}[{index}]"] = item.start_mark.line + 1
+            _key_lines(item, f"{prefix}[{index}]", lines)
+
+
+@dataclasses.dataclass
+class _Builder:
+    """Converts plain YAML data into dataclasses, checking every value against its type."""
+
+    path: Path
+    lines: dict[str, int]
+
+    def error(self, key: str, message: str) -> ConfigError:
+        probe = key
+        while probe and probe not in self.lines:
+            probe = probe.rpartition(".")[0]
+        where = f"{self.path}:{self.lines[probe]}" if probe else f"{self.path}:1"
+        return ConfigError(f"{where}: {key or '(top level)'}: {message}")
+
+    def build(self, cls: type, data: Any, key: str) -> Any:
+        if not isinstance(data, dict):
+            raise self.error(key, f"expected a mapping of {cls.__name__} keys, got {data!r}")
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        hints = typing.get_type_hints(cls)
+        join = (lambda name: f"{key}.{name}") if key else (lambda name: str(name))
+        for name in data:
+            if name not in fields:
+                raise self.error(join(name), f"unknown key; expected one of {', '.join(fields)}")
+        for name, field in fields.items():
+            required = (field.default is dataclasses.MISSING
+                        and field.default_factory is dataclasses.MISSING)
+            if required and name not in data:
+                raise self.error(join(name), "missing required key")
+        values = {name: self.convert(hints[name], value, join(name))
+                  for name, value in data.items()}
+        try:
+            return cls(**values)
+        except FieldError as error:
+            raise self.error(join(error.key), str(error)) from None
+        except ValueError as error:
+            raise self.error(key, str(error)) from None
+
+    def convert(self, hint: Any, value: Any, key: str) -> Any:
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if dataclasses.is_dataclass(hint):
+            return self.build(hint, value, key)
+        if origin in (typing.Union, types.UnionType):
+            if value is None and type(None) in args:
+                return None
+            options = [arg for arg in args if arg is not type(None)]
+            if len(options) == 1:
+                return self.convert(options[0], value, key)
+            for option in options:
+                try:
+                    return self.convert(option, value, key)
+                except ConfigError:
+                    continue
+            raise self.error(key, f"expected one of {options}, got {value!r}")
+        if origin is Literal:
+            if value not in args:
+                raise self.error(key, f"expected one of {', '.join(map(str, args))}, got {value!r}")
+            return value
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            if not isinstance(value, list):
+                raise self.error(key, f"expected a list, got {value!r}")
+            return tuple(self.convert(args[0], item, f"{key}[{i}]") for i, item in enumerate(value))
+        if hint is Any:
+            return value
+        if hint is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if hint is Path and isinstance(value, str):
+            return Path(value) if Path(value).is_absolute() else self.path.parent / value
+        if hint in (str, int, float, bool) and type(value) is hint:
+            return value
+        if hint in (str, int, float, bool, Path):
+            expected = "a path" if hint is Path else hint.__name__
+            raise self.error(key, f"expected {expected}, got {value!r}")
+        raise TypeError(f"{key}: unsupported config field type {hint!r}")

@@ -1,0 +1,184 @@
+"""tf.data input pipeline: text files -> token-budget batches of length-bucketed id tensors.
+
+Each element is `{"source_ids": int32 [batch, src_time], "target_ids": int32 [batch, tgt_time]}`
+padded with PAD_ID. The source ends with EOS (the encoder needs no BOS); the target is
+BOS ... EOS, so the trainer feeds `target_ids[:, :-1]` to the decoder and scores
+`target_ids[:, 1:]`. `max_length` counts these special tokens.
+
+Pairs go to a bucket per side (its length rounded up to a bucket boundary), so a batch holds
+pairs of similar source and of similar target lengths, and each batch has as many pairs as
+fit the token budget on both sides, counted on padded sizes:
+`batch * padded_length <= budget`. With `pad_to_bucket_boundary` every batch of a bucket has
+the same shape (few XLA compilations).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import tensorflow as tf
+
+from keras_transformer.tokenizer import PAD_ID, Tokenizer
+
+TOKENIZE_BATCH = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class LengthStats:
+    """Token counts of a corpus, special tokens included, as the pipeline sees them."""
+
+    pairs: int
+    too_long: int  # pairs with a side over max_length: the pipeline skips them
+    src_tokens: int
+    tgt_tokens: int
+
+
+def bucket_boundaries(max_length: int, *, step: int = 8, linear_until: int = 64,
+                      growth: float = 1.2) -> tuple[int, ...]:
+    """Padded lengths of the buckets: multiples of `step` up to `linear_until`, then growing
+    by `growth` (rounded up to `step`), the last covering `max_length`.
+
+    Example:
+        >>> bucket_boundaries(128)
+        (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 120, 128)
+    """
+    top = step * math.ceil(max_length / step)
+    bounds = list(range(step, min(linear_until, top) + 1, step))
+    while bounds[-1] < top:
+        bounds.append(min(top, step * math.ceil(bounds[-1] * growth / step)))
+    return tuple(bounds)
+
+
+def make_dataset(src_path: str | Path, tgt_path: str | Path, spm_model_path: str | Path, *,
+                 batch_tokens: int, max_length: int, shuffle: bool = True,
+                 shuffle_buffer: int = 100_000, seed: int | None = None, repeat: bool = False,
+                 input_context: tf.distribute.InputContext | None = None, num_replicas: int = 1,
+                 pad_to_bucket_boundary: bool = True,
+                 boundaries: tuple[int, ...] | None = None) -> tf.data.Dataset:
+    """Batches of token ids from parallel text files, tokenized in the graph.
+
+    Args:
+        src_path, tgt_path: one sentence a line, aligned by line.
+        spm_model_path: the shared SentencePiece model.
+        batch_tokens: token budget of a batch per side, counted on padded sizes. With an
+            `input_context` (`strategy.distribute_datasets_from_function`) batches are per
+            replica and get `batch_tokens // num_replicas_in_sync`.
+        max_length: pairs with more tokens on a side (BOS/EOS included) are skipped.
+        shuffle, shuffle_buffer, seed: pair order, reshuffled each epoch.
+        repeat: endless; batches then never come short at the end of the data.
+        input_context: shards the lines per input pipeline (worker).
+        num_replicas: without `input_context`, batch sizes are kept multiples of this.
+        pad_to_bucket_boundary: pad to the bucket's length, not the batch's longest pair.
+        boundaries: bucket lengths (default `bucket_boundaries(max_length)`).
+
+    Returns:
+        A dataset of `{"source_ids": [batch, src_time], "target_ids": [batch, tgt_time]}`.
+    """
+    bounds = boundaries or bucket_boundaries(max_length)
+    budget, multiple = batch_tokens, num_replicas
+    if input_context is not None:
+        budget, multiple = batch_tokens // input_context.num_replicas_in_sync, 1
+    if bounds[-1] < max_length:
+        raise ValueError(f"the last bucket boundary {bounds[-1]} is below max_length {max_length}")
+    if budget < multiple * bounds[-1]:
+        raise ValueError(f"a token budget of {budget} per batch cannot hold {multiple} pair(s) "
+                         f"of the longest bucket ({bounds[-1]} tokens)")
+    tokenizer = Tokenizer.from_file(spm_model_path)
+    dataset = _pairs(src_path, tgt_path, input_context)
+    if shuffle:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = _tokenized(dataset, tokenizer)
+    dataset = dataset.filter(lambda ex: _longest_side(ex) <= max_length)
+    dataset = _bucketed(dataset, bounds, budget, multiple, pad_to_bucket_boundary)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def length_stats(src_path: str | Path, tgt_path: str | Path, spm_model_path: str | Path, *,
+                 max_length: int) -> LengthStats:
+    """Counts pairs, those over `max_length`, and tokens per side, tokenized as in training."""
+    dataset = _tokenized(_pairs(src_path, tgt_path, None), Tokenizer.from_file(spm_model_path))
+
+    def add(totals: tf.Tensor, ex: dict[str, tf.Tensor]) -> tf.Tensor:
+        src, tgt = tf.size(ex["source_ids"]), tf.size(ex["target_ids"])
+        too_long = tf.cast(tf.maximum(src, tgt) > max_length, tf.int32)
+        return totals + tf.cast(tf.stack([1, too_long, src, tgt]), tf.int64)  # [4]
+
+    totals = dataset.reduce(tf.zeros([4], tf.int64), add).numpy()
+    return LengthStats(*map(int, totals))
+
+
+def padding_efficiency(dataset: tf.data.Dataset) -> tuple[float, float]:
+    """Real tokens / (real + pad) tokens over all batches, for source and target."""
+
+    def add(totals: tf.Tensor, batch: dict[str, tf.Tensor]) -> tf.Tensor:
+        counts = [tf.math.count_nonzero(batch[k] != PAD_ID) for k in ("source_ids", "target_ids")]
+        sizes = [tf.size(batch[k], out_type=tf.int64) for k in ("source_ids", "target_ids")]
+        return totals + tf.stack(counts + sizes)  # [4]
+
+    real_src, real_tgt, size_src, size_tgt = dataset.reduce(tf.zeros([4], tf.int64), add).numpy()
+    return float(real_src / max(size_src, 1)), float(real_tgt / max(size_tgt, 1))
+
+
+def _pairs(src_path: str | Path, tgt_path: str | Path,
+           input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:
+    """(source line, target line) string pairs, sharded per input pipeline."""
+    for path in (src_path, tgt_path):
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+    dataset = tf.data.Dataset.zip(tf.data.TextLineDataset(str(src_path)),
+                                  tf.data.TextLineDataset(str(tgt_path)))
+    if input_context is not None:
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return dataset
+
+
+def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer) -> tf.data.Dataset:
+    """String pairs -> {"source_ids": [src_len] (.. EOS), "target_ids": [tgt_len] (BOS .. EOS)}."""
+
+    def encode(src: tf.Tensor, tgt: tf.Tensor) -> dict[str, tf.RaggedTensor]:
+        return {"source_ids": tokenizer.tokenize(src, add_eos=True),  # [chunk, (src_len)]
+                "target_ids": tokenizer.tokenize(tgt, add_bos=True,
+                                                 add_eos=True)}  # [chunk, (tgt_len)]
+
+    return (pairs.batch(TOKENIZE_BATCH)
+            .map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+            .unbatch()
+            .map(lambda ex: ex))  # unbatched ragged rows come typed as ragged: make them dense
+
+
+def _longest_side(ex: dict[str, tf.Tensor]) -> tf.Tensor:
+    return tf.maximum(tf.size(ex["source_ids"]), tf.size(ex["target_ids"]))
+
+
+def _bucketed(dataset: tf.data.Dataset, bounds: tuple[int, ...], budget: int, multiple: int,
+              pad_to_bucket_boundary: bool) -> tf.data.Dataset:
+    """Groups pairs by (source bucket, target bucket) into padded token-budget batches."""
+    n = len(bounds)
+    # Batch size of bucket key src * n + tgt: the largest multiple of `multiple` whose padded
+    # size fits the budget on the longer side.
+    sizes = [budget // max(s, t) // multiple * multiple for s in bounds for t in bounds]
+    bounds_t = tf.constant(bounds, tf.int64)  # [n]
+    sizes_t = tf.constant(sizes, tf.int64)  # [n * n]
+
+    def side_bucket(ids: tf.Tensor) -> tf.Tensor:
+        length = tf.size(ids, out_type=tf.int64)[None]  # [1]
+        return tf.searchsorted(bounds_t, length, side="left", out_type=tf.int64)[0]  # scalar
+
+    def key(ex: dict[str, tf.Tensor]) -> tf.Tensor:
+        src, tgt = side_bucket(ex["source_ids"]), side_bucket(ex["target_ids"])
+        return src * n + tgt
+
+    def batch(bucket: tf.Tensor, window: tf.data.Dataset) -> tf.data.Dataset:
+        if pad_to_bucket_boundary:
+            src_len, tgt_len = bounds_t[bucket // n], bounds_t[bucket % n]
+            shapes = {"source_ids": tf.reshape(src_len, [1]),
+                      "target_ids": tf.reshape(tgt_len, [1])}
+        else:
+            shapes = {"source_ids": [None], "target_ids": [None]}
+        padding = {"source_ids": PAD_ID, "target_ids": PAD_ID}
+        return window.padded_batch(sizes_t[bucket], padded_shapes=shapes, padding_values=padding)
+
+    return dataset.group_by_window(key, batch, window_size_func=lambda bucket: sizes_t[bucket])

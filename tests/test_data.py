@@ -1,0 +1,101 @@
+"""pipelines/data.py: in-graph tokenization, length filter, token-budget buckets, sharding."""
+import collections
+
+import pytest
+import sentencepiece as spm
+import tensorflow as tf
+
+from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from pipelines.data import bucket_boundaries, length_stats, make_dataset, padding_efficiency
+
+
+@pytest.fixture(scope="module")
+def demo(demo_run):
+    data, model = demo_run.run_dir / "data", demo_run.run_dir / "vocab" / "spm.model"
+    return {"src": data / "train.src", "tgt": data / "train.tgt", "model": model}
+
+
+def batches(demo, **kwargs):
+    options = dict(batch_tokens=4096, max_length=128, seed=1) | kwargs
+    return make_dataset(demo["src"], demo["tgt"], demo["model"], **options)
+
+
+def rows(batch: dict) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The unpadded (source, target) id tuples of a batch."""
+    return [tuple((tuple(x for x in s if x != PAD_ID), tuple(x for x in t if x != PAD_ID)))
+            for s, t in zip(batch["source_ids"].numpy().tolist(),
+                            batch["target_ids"].numpy().tolist())]
+
+
+def expected_pairs(demo, max_length: int) -> collections.Counter:
+    processor = spm.SentencePieceProcessor(model_file=str(demo["model"]))
+    src = processor.encode(demo["src"].read_text(encoding="utf-8").splitlines())
+    tgt = processor.encode(demo["tgt"].read_text(encoding="utf-8").splitlines())
+    pairs = [(tuple(s + [EOS_ID]), tuple([BOS_ID] + t + [EOS_ID])) for s, t in zip(src, tgt)]
+    return collections.Counter(p for p in pairs if max(map(len, p)) <= max_length)
+
+
+def test_bucket_boundaries():
+    assert bucket_boundaries(128) == (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 120, 128)
+    assert bucket_boundaries(20) == (8, 16, 24)
+    assert bucket_boundaries(256)[-1] == 256
+
+
+def test_every_filtered_pair_once_per_epoch_within_the_budget(demo):
+    seen, shapes = collections.Counter(), set()
+    for batch in batches(demo, max_length=64):
+        source, target = batch["source_ids"], batch["target_ids"]
+        assert source.dtype == target.dtype == tf.int32
+        assert source.shape[0] == target.shape[0]
+        assert source.shape.num_elements() <= 4096 and target.shape.num_elements() <= 4096
+        assert source.shape[1] in bucket_boundaries(64) and target.shape[1] in bucket_boundaries(64)
+        shapes.add((*source.shape, target.shape[1]))
+        seen.update(rows(batch))
+    expected = expected_pairs(demo, max_length=64)
+    assert seen == expected
+    stats = length_stats(demo["src"], demo["tgt"], demo["model"], max_length=64)
+    assert stats.pairs - stats.too_long == sum(expected.values()) and stats.too_long > 0
+    assert len(shapes) < 120
+
+
+def test_framing_source_eos_target_bos_eos(demo):
+    batch = next(iter(batches(demo)))
+    for source, target in rows(batch):
+        assert source[-1] == EOS_ID and BOS_ID not in source
+        assert target[0] == BOS_ID and target[-1] == EOS_ID
+
+
+def test_bucketing_keeps_padding_low(demo, demo_run):
+    src, tgt = padding_efficiency(batches(demo))
+    assert src >= 0.85 and tgt >= 0.85
+    assert demo_run.padding_efficiency == pytest.approx((src, tgt), abs=1e-9)
+    random_src, random_tgt = padding_efficiency(batches(demo, boundaries=(128,),
+                                                        pad_to_bucket_boundary=False))
+    assert random_src < 0.6 and random_tgt < 0.6  # one bucket: a random-order batcher
+
+
+def test_shards_per_input_pipeline_with_per_replica_budget(demo):
+    shards = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline,
+                                             num_replicas_in_sync=4)
+        pairs = collections.Counter()
+        for batch in batches(demo, input_context=context, max_length=32):
+            assert batch["source_ids"].shape.num_elements() <= 1024
+            assert batch["target_ids"].shape.num_elements() <= 1024
+            pairs.update(rows(batch))
+        shards.append(pairs)
+    assert not shards[0] & shards[1]  # pairs are unique, so shards share none
+    assert shards[0] + shards[1] == expected_pairs(demo, max_length=32)
+
+
+def test_repeat_gives_full_batches_divisible_by_replicas_and_seeded_order(demo):
+    first = [b["source_ids"].shape[0] for b in batches(demo, repeat=True, num_replicas=8).take(120)]
+    assert all(size % 8 == 0 and size > 0 for size in first)
+    one, two = (next(iter(batches(demo, seed=5)))["source_ids"] for _ in range(2))
+    assert one.numpy().tolist() == two.numpy().tolist()
+
+
+def test_budget_too_small_for_the_longest_bucket(demo):
+    with pytest.raises(ValueError, match="cannot hold 4 pair"):
+        batches(demo, batch_tokens=256, num_replicas=4)

@@ -1,0 +1,256 @@
+"""Greedy and beam search in the graph (tf.while_loop), independent of the model.
+
+The model is reached only through a scoring function::
+
+    fn(ids, step, cache) -> (logits, new_cache)
+      ids:    int32 [n, step + 1], the decoded prefix starting with BOS (a model reads ids[:, -1])
+      step:   int32 scalar, the position of the last token of `ids` (0 for BOS)
+      cache:  nested dict of tensors with leading dimension n; a tensor may grow along any
+              axis from step to step (self-attention keys/values grown with tf.concat)
+      logits: float [n, vocab] for the next token (any float dtype; scored in float32)
+
+n is the batch for greedy search and batch * beam (batch-major: row b * beam + k) for beam
+search. `initial_cache` always has leading dimension batch; beam search tiles it.
+
+    greedy_search(fn, initial_cache, max_decode_lengths, *, bos_id, eos_id, pad_id=0)
+        -> ids int32 [batch, time], scores float32 [batch]
+    beam_search(fn, initial_cache, max_decode_lengths, *, beam_size, bos_id, eos_id,
+                alpha=0.6, pad_id=0)
+        -> ids int32 [batch, beam, time], scores float32 [batch, beam], best first
+
+`max_decode_lengths` int32 [batch] bounds each sentence's output length; a hypothesis that
+reaches it is finished without EOS. Returned ids exclude BOS, include EOS where the
+hypothesis ended with it and are padded with `pad_id` after it; `time` is the number of steps
+the loop ran. Greedy scores are summed log-probabilities; beam scores are summed
+log-probabilities divided by the GNMT length penalty ((5 + length) / 6) ** alpha, length
+counting the generated tokens including EOS (`length_penalty`).
+
+Beam search keeps tensor2tensor's alive and finished sets of `beam_size` hypotheses, both fed
+from the 2 * beam_size best extensions of the alive set; as in fairseq, a hypothesis is
+finished only from among the beam_size best extensions, so beam size 1 follows the greedy path
+exactly. A sentence stops when its finished set is full and its best alive log-probability
+divided by the penalty at its maximum length (a bound on anything the alive set can still
+reach for alpha >= 0) cannot beat its worst finished score, or when it reaches its maximum
+length; the loop stops when every sentence has. Hence:
+  * with alpha = 0, beam size 1 returns greedy_search's ids and scores;
+  * with alpha > 0, beam size 1 finds greedy's hypothesis too but may return a longer one
+    that scores better under the penalty (it never scores worse);
+  * beam search is exact when beam_size covers every extension at every step.
+A finished slot that was never filled holds score NEG_INF; a sentence whose finished set is
+empty (a maximum length of 0) returns its alive hypotheses.
+
+Graph ops: While, TopKV2 on float32, GatherV2 on flat batch * beam indices, ConcatV2, Tile,
+Reshape, Pad, SelectV2, ArgMax (greedy), LogSoftmax, Pow and reductions; no TensorArray, no
+gather_nd, no batch_dims. Every loop variable but the step has unknown dimensions except
+beam, so the cache may grow and batch and source length may be unknown. Every cache tensor,
+constant ones included, is reordered with one tf.gather per step, and cache tensors never
+pass through a Reshape (ONNX reads a 0 in a runtime shape as "keep the input's dimension",
+which breaks on an empty cache at time 0).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import tensorflow as tf
+
+Cache = dict[str, Any]
+SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
+
+NEG_INF = -1e9  # the score of an impossible hypothesis: finite, so no NaN from inf - inf
+
+
+class GreedyState(NamedTuple):
+    step: tf.Tensor       # int32 []: tokens generated so far
+    seq: tf.Tensor        # int32 [batch, step + 1], starting with BOS
+    log_probs: tf.Tensor  # float32 [batch]
+    finished: tf.Tensor   # bool [batch]
+    cache: Cache          # [batch, ...]
+
+
+class BeamState(NamedTuple):
+    step: tf.Tensor             # int32 []: tokens generated so far
+    alive_seq: tf.Tensor        # int32 [batch, beam, step + 1], starting with BOS
+    alive_log_probs: tf.Tensor  # float32 [batch, beam], best first
+    finished_seq: tf.Tensor     # int32 [batch, beam, step + 1]
+    finished_scores: tf.Tensor  # float32 [batch, beam], best first, NEG_INF where empty
+    cache: Cache                # [batch * beam, ...], row b * beam + k follows alive beam k
+
+
+def length_penalty(length: tf.Tensor | int, alpha: float) -> tf.Tensor:
+    """GNMT's ((5 + length) / 6) ** alpha (Wu et al., 2016), float32 of `length`'s shape."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
+                  max_decode_lengths: tf.Tensor, *, bos_id: int, eos_id: int,
+                  pad_id: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
+    """Decodes the most likely token at each step.
+
+    Args:
+        symbols_to_logits_fn: fn(ids [batch, step + 1], step, cache) -> (logits, cache).
+        initial_cache: nested dict of tensors [batch, ...].
+        max_decode_lengths: int32 [batch], each sentence's maximum output length.
+        bos_id, eos_id, pad_id: the start, end and padding ids.
+
+    Returns:
+        ids int32 [batch, time] (no BOS, `pad_id` after EOS) and the summed log-probabilities
+        float32 [batch].
+    """
+    max_lengths = tf.cast(max_decode_lengths, tf.int32)  # [batch]
+    batch = tf.shape(max_lengths)[0]
+    state = GreedyState(
+        step=tf.constant(0),
+        seq=tf.fill([batch, 1], bos_id),
+        log_probs=tf.zeros([batch]),
+        finished=max_lengths <= 0,
+        cache=initial_cache)
+    invariants = GreedyState(tf.TensorShape([]), tf.TensorShape([None, None]),
+                             tf.TensorShape([None]), tf.TensorShape([None]),
+                             _cache_invariants(initial_cache))
+
+    def body(state: GreedyState) -> tuple[GreedyState]:
+        log_probs, cache = _log_probs(symbols_to_logits_fn, state.seq, state.step, state.cache)
+        tokens = tf.argmax(log_probs, axis=1, output_type=tf.int32)  # [batch]
+        tokens = tf.where(state.finished, pad_id, tokens)
+        step_log_probs = tf.where(state.finished, 0.0, tf.reduce_max(log_probs, axis=1))
+        step = state.step + 1
+        return (GreedyState(
+            step=step,
+            seq=tf.concat([state.seq, tokens[:, None]], axis=1),  # [batch, step + 1]
+            log_probs=state.log_probs + step_log_probs,
+            finished=state.finished | (tokens == eos_id) | (step >= max_lengths),
+            cache=cache),)
+
+    (state,) = tf.while_loop(lambda state: ~tf.reduce_all(state.finished), body, (state,),
+                             shape_invariants=(invariants,))
+    return state.seq[:, 1:], state.log_probs
+
+
+def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
+                max_decode_lengths: tf.Tensor, *, beam_size: int, bos_id: int, eos_id: int,
+                alpha: float = 0.6, pad_id: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
+    """Beam search with the GNMT length penalty (section 6.1: beam 4, alpha 0.6).
+
+    Args:
+        symbols_to_logits_fn: fn(ids [batch * beam, step + 1], step, cache) -> (logits, cache).
+        initial_cache: nested dict of tensors [batch, ...], tiled here to [batch * beam, ...].
+        max_decode_lengths: int32 [batch], each sentence's maximum output length.
+        beam_size: hypotheses kept per sentence (a Python int).
+        bos_id, eos_id, pad_id: the start, end and padding ids.
+        alpha: the length penalty exponent, >= 0 (0: plain log-probabilities).
+
+    Returns:
+        ids int32 [batch, beam, time] (no BOS, `pad_id` after EOS) and their length-penalised
+        scores float32 [batch, beam], best first.
+    """
+    max_lengths = tf.cast(max_decode_lengths, tf.int32)  # [batch]
+    batch = tf.shape(max_lengths)[0]
+    first_beam_only = tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)])  # [1, beam]
+    state = BeamState(
+        step=tf.constant(0),
+        alive_seq=tf.fill([batch, beam_size, 1], bos_id),
+        alive_log_probs=tf.tile(first_beam_only, [batch, 1]),
+        finished_seq=tf.fill([batch, beam_size, 1], pad_id),
+        finished_scores=tf.fill([batch, beam_size], NEG_INF),
+        cache=tf.nest.map_structure(lambda t: _tile_beams(t, beam_size), initial_cache))
+    beams = tf.TensorShape([None, beam_size])
+    seqs = tf.TensorShape([None, beam_size, None])
+    invariants = BeamState(tf.TensorShape([]), seqs, beams, seqs, beams,
+                           _cache_invariants(initial_cache))
+
+    def cond(state: BeamState) -> tf.Tensor:
+        return ~tf.reduce_all(_beam_done(state, max_lengths, alpha))
+
+    def body(state: BeamState) -> tuple[BeamState]:
+        return (_beam_step(state, symbols_to_logits_fn, max_lengths, beam_size=beam_size,
+                           eos_id=eos_id, alpha=alpha, pad_id=pad_id),)
+
+    (state,) = tf.while_loop(cond, body, (state,), shape_invariants=(invariants,))
+    has_finished = state.finished_scores[:, 0] > NEG_INF / 2  # [batch]
+    alive_scores = state.alive_log_probs / length_penalty(state.step, alpha)  # [batch, beam]
+    seq = tf.where(has_finished[:, None, None], state.finished_seq, state.alive_seq)
+    scores = tf.where(has_finished[:, None], state.finished_scores, alive_scores)
+    return seq[:, :, 1:], scores
+
+
+def _beam_done(state: BeamState, max_lengths: tf.Tensor, alpha: float) -> tf.Tensor:
+    """bool [batch]: the sentence reached its maximum length, or its finished set is full and
+    no alive hypothesis can still beat the worst finished one (tensor2tensor's bound)."""
+    best_alive = state.alive_log_probs[:, 0] / length_penalty(max_lengths, alpha)  # [batch]
+    worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [batch], NEG_INF if any empty
+    return (state.step >= max_lengths) | (worst_finished > best_alive)
+
+
+def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
+               max_lengths: tf.Tensor, *, beam_size: int, eos_id: int, alpha: float,
+               pad_id: int) -> BeamState:
+    """Extends the alive set by one token and updates both sets and the cache."""
+    batch = tf.shape(state.alive_seq)[0]
+    flat_seq = tf.reshape(state.alive_seq, [batch * beam_size, -1])  # [batch * beam, step + 1]
+    log_probs, cache = _log_probs(symbols_to_logits_fn, flat_seq, state.step, state.cache)
+    vocab = tf.shape(log_probs)[1]
+    log_probs = tf.reshape(log_probs, [batch, beam_size, vocab])
+    log_probs += state.alive_log_probs[:, :, None]  # [batch, beam, vocab]
+    candidate_log_probs, flat_index = tf.math.top_k(
+        tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size)  # [batch, 2 * beam]
+    origin = flat_index // vocab  # [batch, 2 * beam]: the alive beam extended
+    tokens = flat_index - origin * vocab  # [batch, 2 * beam]
+    candidate_seq = tf.concat([_gather_beams(state.alive_seq, origin), tokens[:, :, None]],
+                              axis=2)  # [batch, 2 * beam, step + 2]
+
+    length = state.step + 1
+    ends = (tokens == eos_id) | (length >= max_lengths[:, None])  # [batch, 2 * beam]
+    finishes = (ends & (tf.range(2 * beam_size) < beam_size)  # among the beam best
+                & (candidate_log_probs > NEG_INF / 2) & (length <= max_lengths[:, None]))
+    candidate_scores = tf.where(finishes, candidate_log_probs / length_penalty(length, alpha),
+                                NEG_INF)  # [batch, 2 * beam]
+    padded_finished_seq = tf.pad(state.finished_seq, [[0, 0], [0, 0], [0, 1]],
+                                 constant_values=pad_id)  # [batch, beam, step + 2]
+    finished_scores, finished_index = tf.math.top_k(
+        tf.concat([state.finished_scores, candidate_scores], axis=1), k=beam_size)
+    finished_seq = _gather_beams(tf.concat([padded_finished_seq, candidate_seq], axis=1),
+                                 finished_index)  # [batch, beam, step + 2]
+
+    alive_log_probs, alive_index = tf.math.top_k(
+        tf.where(ends, NEG_INF, candidate_log_probs), k=beam_size)  # [batch, beam]
+    alive_origin = _gather_beams(origin, alive_index)  # [batch, beam]
+    cache_index = tf.reshape(_flat_index(alive_origin, beam_size), [-1])  # [batch * beam]
+    return BeamState(
+        step=length,
+        alive_seq=_gather_beams(candidate_seq, alive_index),  # [batch, beam, step + 2]
+        alive_log_probs=alive_log_probs,
+        finished_seq=finished_seq,
+        finished_scores=finished_scores,
+        cache=tf.nest.map_structure(lambda t: tf.gather(t, cache_index), cache))
+
+
+def _log_probs(symbols_to_logits_fn: SymbolsToLogitsFn, ids: tf.Tensor, step: tf.Tensor,
+               cache: Cache) -> tuple[tf.Tensor, Cache]:
+    """float32 log-softmax [n, vocab] of the next token, and the new cache."""
+    logits, cache = symbols_to_logits_fn(ids, step, cache)
+    return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), cache
+
+
+def _cache_invariants(cache: Cache) -> Any:
+    """Shape invariants that leave every dimension free and keep each tensor's rank."""
+    return tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), cache)
+
+
+def _tile_beams(tensor: tf.Tensor, beam_size: int) -> tf.Tensor:
+    """[batch, ...] -> [batch * beam, ...], each row repeated beam_size times in place (a
+    gather, not tile + reshape, so that an empty cache tensor converts to ONNX)."""
+    rows = tf.range(tf.shape(tensor)[0] * beam_size) // beam_size  # [batch * beam]
+    return tf.gather(tensor, rows)
+
+
+def _flat_index(index: tf.Tensor, width: int | tf.Tensor) -> tf.Tensor:
+    """[batch, m] indices into rows of `width` -> [batch, m] indices into batch * width rows."""
+    return index + tf.range(tf.shape(index)[0])[:, None] * width
+
+
+def _gather_beams(tensor: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+    """tensor [batch, n, ...] and index [batch, m] -> [batch, m, ...], by a flat tf.gather."""
+    shape = tf.shape(tensor)
+    flat = tf.reshape(tensor, tf.concat([[shape[0] * shape[1]], shape[2:]], axis=0))
+    gathered = tf.gather(flat, tf.reshape(_flat_index(index, shape[1]), [-1]))
+    return tf.reshape(gathered, tf.concat([tf.shape(index), shape[2:]], axis=0))

@@ -27,15 +27,12 @@ counting the generated tokens including EOS (`length_penalty`).
 
 Beam search keeps tensor2tensor's alive and finished sets of `beam_size` hypotheses, both fed
 from the 2 * beam_size best extensions of the alive set; as in fairseq, a hypothesis is
-finished only from among the beam_size best extensions, so beam size 1 follows the greedy path
-exactly. A sentence stops when its finished set is full and its best alive log-probability
+finished only from among the beam_size best extensions. Beam size 1 is greedy search (as in
+tensor2tensor and OpenNMT), its score length-penalised like a beam's. A sentence stops when its finished set is full and its best alive log-probability
 divided by the penalty at its maximum length (a bound on anything the alive set can still
 reach for alpha >= 0) cannot beat its worst finished score, or when it reaches its maximum
-length; the loop stops when every sentence has. Hence:
-  * with alpha = 0, beam size 1 returns greedy_search's ids and scores;
-  * with alpha > 0, beam size 1 finds greedy's hypothesis too but may return a longer one
-    that scores better under the penalty (it never scores worse);
-  * beam search is exact when beam_size covers every extension at every step.
+length; the loop stops when every sentence has. Beam search is exact when beam_size covers
+every extension at every step.
 A finished slot that was never filled holds score NEG_INF; a sentence whose finished set is
 empty (a maximum length of 0) returns its alive hypotheses.
 
@@ -144,6 +141,11 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
         scores float32 [batch, beam], best first.
     """
     max_lengths = tf.cast(max_decode_lengths, tf.int32)  # [batch]
+    if beam_size == 1:  # as in tensor2tensor and OpenNMT: beam 1 is greedy search
+        ids, log_probs = greedy_search(symbols_to_logits_fn, initial_cache, max_lengths,
+                                       bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+        lengths = _output_lengths(ids, max_lengths, eos_id)  # [batch]
+        return ids[:, None], (log_probs / length_penalty(lengths, alpha))[:, None]
     batch = tf.shape(max_lengths)[0]
     first_beam_only = tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)])  # [1, beam]
     state = BeamState(
@@ -171,6 +173,13 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
     seq = tf.where(has_finished[:, None, None], state.finished_seq, state.alive_seq)
     scores = tf.where(has_finished[:, None], state.finished_scores, alive_scores)
     return seq[:, :, 1:], scores
+
+
+def _output_lengths(ids: tf.Tensor, max_lengths: tf.Tensor, eos_id: int) -> tf.Tensor:
+    """Generated tokens per row of ids [batch, time], EOS included; max length without EOS."""
+    is_eos = tf.cast(tf.equal(ids, eos_id), tf.int32)  # [batch, time]
+    first_eos = tf.argmax(is_eos, axis=1, output_type=tf.int32) + 1  # [batch]
+    return tf.where(tf.reduce_any(is_eos > 0, axis=1), first_eos, max_lengths)
 
 
 def _beam_done(state: BeamState, max_lengths: tf.Tensor, alpha: float) -> tf.Tensor:

@@ -22,9 +22,10 @@ setup(
         "onnxruntime==1.31.1",
         "onnxruntime-extensions==0.15.2",
         "pyyaml==6.0.3",
+        "matplotlib==3.11.2",
     ],
     extras_require={
-        "test": ["pytest==9.2.0"],
+        "test": ["pytest==9.2.0", "tensorflow-serving-api==2.21.0"],
     },
     entry_points={"console_scripts": ["keras-transformer=pipelines.cli:main"]},
 )

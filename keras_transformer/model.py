@@ -39,6 +39,7 @@ class Transformer(keras.Model):
         memory, memory_mask = model.encode(src)
         cache = model.init_cache(memory, memory_mask)
         logits, cache = model.decode_step(last_ids, step, cache)    # [batch, vocab]
+        weights = model.attention_weights(src, tgt_in)  # per kind, per layer [b, h, q, k]
     """
 
     def __init__(self, config: ModelConfig | dict, **kwargs) -> None:
@@ -72,8 +73,12 @@ class Transformer(keras.Model):
                 epsilon=c.layer_norm_epsilon, dtype=policy, name="encoder_norm")
             self.decoder_norm = keras.layers.LayerNormalization(
                 epsilon=c.layer_norm_epsilon, dtype=policy, name="decoder_norm")
+        # Built at once: encode / decode_step reach sub-layers outside Model.__call__.
+        self.build()
 
     def build(self, input_shape=None) -> None:
+        if self.built:  # built in __init__; Keras may ask again when loading or calling
+            return
         hidden_shape = (None, None, self.model_config.d_model)
         self.embedding.build()
         for positions in {id(self.source_positions): self.source_positions,
@@ -98,25 +103,52 @@ class Transformer(keras.Model):
                training: bool | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         """[batch, src_time] ->
         (memory [batch, src_time, d_model], padding mask [batch, 1, 1, src_time])."""
-        mask = padding_mask(source_ids, self.model_config.pad_id)
-        x = self.source_positions(self.embedding(source_ids))  # [b, s, d]
-        x = self.source_dropout(x, training=training)
-        for layer in self.encoder_layers:
-            x = layer(x, attention_mask=mask, training=training)
-        if self.encoder_norm is not None:
-            x = self.encoder_norm(x)
-        return x, mask
+        memory, mask, _ = self._encode(source_ids, training)
+        return memory, mask
 
     def decode(self, target_ids: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor,
                training: bool | None = None) -> tf.Tensor:
         """Teacher forcing: [batch, tgt_time] -> float32 logits [batch, tgt_time, vocab]."""
+        return self._decode(target_ids, memory, memory_mask, training)[0]
+
+    def attention_weights(self, source_ids: tf.Tensor,
+                          target_ids: tf.Tensor) -> dict[str, list[tf.Tensor]]:
+        """The attention weights of a teacher-forced pass, one float32 tensor [batch, heads,
+        queries, keys] per layer under "encoder_self_attention", "decoder_self_attention" and
+        "encoder_decoder_attention" (the paper's figures 3 to 5 plot them)."""
+        memory, memory_mask, encoder_scores = self._encode(source_ids, False)
+        _, decoder_scores = self._decode(target_ids, memory, memory_mask, False)
+        return {
+            "encoder_self_attention": [s["self_attention"] for s in encoder_scores],
+            "decoder_self_attention": [s["self_attention"] for s in decoder_scores],
+            "encoder_decoder_attention": [s["cross_attention"] for s in decoder_scores],
+        }
+
+    def _encode(self, source_ids: tf.Tensor, training: bool | None
+                ) -> tuple[tf.Tensor, tf.Tensor, list[dict[str, tf.Tensor]]]:
+        mask = padding_mask(source_ids, self.model_config.pad_id)
+        x = self.source_positions(self.embedding(source_ids))  # [b, s, d]
+        x = self.source_dropout(x, training=training)
+        scores = []
+        for layer in self.encoder_layers:
+            x, layer_scores = layer(x, attention_mask=mask, training=training,
+                                    return_attention_scores=True)
+            scores.append(layer_scores)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, mask, scores
+
+    def _decode(self, target_ids: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor,
+                training: bool | None) -> tuple[tf.Tensor, list[dict[str, tf.Tensor]]]:
         mask = causal_mask(tf.shape(target_ids)[1])  # [1, 1, t, t]
         x = self.target_positions(self.embedding(target_ids))  # [b, t, d]
         x = self.target_dropout(x, training=training)
+        scores = []
         for layer in self.decoder_layers:
-            x = layer(x, memory, attention_mask=mask, memory_mask=memory_mask,
-                      training=training)
-        return self._logits(x)
+            x, layer_scores = layer(x, memory, attention_mask=mask, memory_mask=memory_mask,
+                                    training=training, return_attention_scores=True)
+            scores.append(layer_scores)
+        return self._logits(x), scores
 
     def init_cache(self, memory: tf.Tensor, memory_mask: tf.Tensor) -> Cache:
         """The decoding cache for `memory` [batch, src_time, d_model]: every tensor in it has

@@ -68,7 +68,12 @@ class Tokenizer(tf.Module):
         super().__init__(name=name)
         self.model_proto = model_proto
         self.vocab_size = spm.SentencePieceProcessor(model_proto=model_proto).get_piece_size()
-        self._sentencepiece = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
+
+    def _sentencepiece(self) -> tf_text.SentencepieceTokenizer:
+        """The tensorflow-text op, made at each call (once per trace in a tf.function): an eager
+        instance kept across calls loses its resource when tf.random.set_seed clears the
+        kernel cache, and one made inside the traced function is what tf2onnx converts."""
+        return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
@@ -78,7 +83,7 @@ class Tokenizer(tf.Module):
     def tokenize(self, text: tf.Tensor, *, add_bos: bool = False,
                  add_eos: bool = False) -> tf.RaggedTensor:
         """Strings [batch] -> int32 ids [batch, (time)], optionally framed by BOS / EOS."""
-        ids = self._sentencepiece.tokenize(text)  # [batch, (time)]
+        ids = self._sentencepiece().tokenize(text)  # [batch, (time)]
         batch = tf.shape(text)[0]
         bos = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], BOS_ID))  # [batch, 1]
         eos = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], EOS_ID))  # [batch, 1]
@@ -93,4 +98,4 @@ class Tokenizer(tf.Module):
         ids = tf.cast(ids, tf.int32)  # [batch, time]
         before_eos = tf.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1, exclusive=True) == 0
         keep = before_eos & (ids != EOS_ID) & (ids != PAD_ID) & (ids != BOS_ID)  # [batch, time]
-        return self._sentencepiece.detokenize(tf.ragged.boolean_mask(ids, keep))  # [batch]
+        return self._sentencepiece().detokenize(tf.ragged.boolean_mask(ids, keep))  # [batch]

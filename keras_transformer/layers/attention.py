@@ -2,6 +2,8 @@
 so that a decoder can cache them."""
 from __future__ import annotations
 
+from typing import Callable
+
 import keras
 import tensorflow as tf
 
@@ -37,7 +39,6 @@ class MultiHeadAttention(keras.layers.Layer):
                                               name="value")
         self.output_dense = None
         self.weights_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        self.last_attention_weights = None
 
     def build(self, query_shape, key_value_shape=None) -> None:
         d_model = query_shape[-1]
@@ -56,9 +57,12 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def call(self, query: tf.Tensor, key_value: tf.Tensor | None = None,
              key: tf.Tensor | None = None, value: tf.Tensor | None = None,
-             attention_mask: tf.Tensor | None = None, training: bool | None = None) -> tf.Tensor:
+             attention_mask: tf.Tensor | None = None, training: bool | None = None,
+             return_attention_scores: bool = False) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
         """Attends from `query` [batch, q_time, d_model] over `key_value` [batch, k_time, d_model],
-        or over already projected `key`/`value` [batch, heads, k_time, d_k|d_v]."""
+        or over already projected `key`/`value` [batch, heads, k_time, d_k|d_v]. Returns
+        [batch, q_time, d_model], and the float32 attention weights [batch, heads, q_time,
+        k_time] too with `return_attention_scores`."""
         if key is None or value is None:
             key, value = self.project_key_value(query if key_value is None else key_value)
         query = self._split_heads(self.query_dense(query), self.key_dim)  # [b, h, q, d_k]
@@ -67,13 +71,13 @@ class MultiHeadAttention(keras.layers.Layer):
         if attention_mask is not None:
             scores = tf.where(attention_mask, scores, tf.float32.min)
         weights = tf.nn.softmax(scores, axis=-1)  # [b, h, q, k]
-        self.last_attention_weights = weights
-        weights = self.weights_dropout(tf.cast(weights, self.compute_dtype), training=training)
-        context = tf.matmul(weights, value)  # [b, h, q, d_v]
+        dropped = self.weights_dropout(tf.cast(weights, self.compute_dtype), training=training)
+        context = tf.matmul(dropped, value)  # [b, h, q, d_v]
         context = tf.transpose(context, [0, 2, 1, 3])  # [b, q, h, d_v]
         batch, time = tf.shape(context)[0], tf.shape(context)[1]
         context = tf.reshape(context, [batch, time, self.num_heads * self.value_dim])
-        return self.output_dense(context)  # [b, q, d_model]
+        output = self.output_dense(context)  # [b, q, d_model]
+        return (output, weights) if return_attention_scores else output
 
     def _split_heads(self, x: tf.Tensor, depth: int) -> tf.Tensor:
         """[batch, time, heads * depth] -> [batch, heads, time, depth]."""
@@ -87,3 +91,13 @@ class MultiHeadAttention(keras.layers.Layer):
     def get_config(self) -> dict:
         return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
                 "value_dim": self.value_dim, "dropout": self.dropout}
+
+
+def record_attention(attention: MultiHeadAttention, scores: dict[str, tf.Tensor], name: str,
+               *args, **kwargs) -> Callable[[tf.Tensor], tf.Tensor]:
+    """A sub-layer function calling `attention(h, *args, **kwargs)` that keeps its attention
+    weights in scores[name]."""
+    def attend(h: tf.Tensor) -> tf.Tensor:
+        output, scores[name] = attention(h, *args, return_attention_scores=True, **kwargs)
+        return output
+    return attend

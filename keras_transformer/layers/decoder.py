@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import MultiHeadAttention, record_attention
 from keras_transformer.layers.encoder import EncoderLayer
 from keras_transformer.layers.sublayer import ResidualSublayer
 
@@ -39,19 +39,25 @@ class DecoderLayer(EncoderLayer):
         self.cross_attention_block.build(x_shape)
 
     def call(self, x: tf.Tensor, memory: tf.Tensor, attention_mask: tf.Tensor | None = None,
-             memory_mask: tf.Tensor | None = None, training: bool | None = None) -> tf.Tensor:
-        """x [batch, target_time, d_model], memory [batch, source_time, d_model]."""
+             memory_mask: tf.Tensor | None = None, training: bool | None = None,
+             return_attention_scores: bool = False
+             ) -> tf.Tensor | tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """x [batch, target_time, d_model], memory [batch, source_time, d_model] -> the shape
+        of x, and with `return_attention_scores` {"self_attention": [batch, heads, target_time,
+        target_time], "cross_attention": [batch, heads, target_time, source_time]}."""
+        scores: dict[str, tf.Tensor] = {}
         x = self.self_attention_block(
-            x, sublayer=lambda h: self.self_attention(h, attention_mask=attention_mask,
-                                                      training=training),
+            x, sublayer=record_attention(self.self_attention, scores, "self_attention",
+                                   attention_mask=attention_mask, training=training),
             training=training)
         x = self.cross_attention_block(
-            x, sublayer=lambda h: self.cross_attention(h, memory, attention_mask=memory_mask,
-                                                       training=training),
+            x, sublayer=record_attention(self.cross_attention, scores, "cross_attention", memory,
+                                   attention_mask=memory_mask, training=training),
             training=training)
-        return self.feed_forward_block(
+        x = self.feed_forward_block(
             x, sublayer=lambda h: self.feed_forward(h, training=training),
             training=training)
+        return (x, scores) if return_attention_scores else x
 
     def init_cache(self, memory: tf.Tensor) -> LayerCache:
         """The cache before the first step: empty self-attention keys/values and the

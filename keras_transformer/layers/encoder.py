@@ -4,7 +4,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import MultiHeadAttention, record_attention
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.sublayer import ResidualSublayer
 
@@ -51,14 +51,19 @@ class EncoderLayer(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, x: tf.Tensor, attention_mask: tf.Tensor | None = None,
-             training: bool | None = None) -> tf.Tensor:
+             training: bool | None = None, return_attention_scores: bool = False
+             ) -> tf.Tensor | tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """x [batch, time, d_model] -> the same shape, and with `return_attention_scores`
+        {"self_attention": weights [batch, heads, time, time]}."""
+        scores: dict[str, tf.Tensor] = {}
         x = self.self_attention_block(
-            x, sublayer=lambda h: self.self_attention(h, attention_mask=attention_mask,
-                                                      training=training),
+            x, sublayer=record_attention(self.self_attention, scores, "self_attention",
+                                   attention_mask=attention_mask, training=training),
             training=training)
-        return self.feed_forward_block(
+        x = self.feed_forward_block(
             x, sublayer=lambda h: self.feed_forward(h, training=training),
             training=training)
+        return (x, scores) if return_attention_scores else x
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -68,3 +73,4 @@ class EncoderLayer(keras.layers.Layer):
                 "value_dim": self.value_dim, "d_ff": self.d_ff, "dropout": self.dropout,
                 "attention_dropout": self.attention_dropout, "relu_dropout": self.relu_dropout,
                 "norm_first": self.norm_first, "epsilon": self.epsilon}
+

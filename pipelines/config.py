@@ -29,6 +29,7 @@ from pipelines.sources import check_source_spec
 
 BUILTIN_CONFIGS = Path(__file__).with_name("configs")  # package data: pipelines/configs/*.yaml
 T = TypeVar("T")
+EXPORT_FORMATS = ("saved_model", "onnx")
 
 
 class ConfigError(InputError):
@@ -116,12 +117,138 @@ class DataConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelSection:
+    """The `model` section: a preset of keras_transformer.config (tiny, small, base, big), any of
+    its fields overridden (None keeps the preset's value), and the Keras dtype policy.
+
+    The vocabulary size comes from the run's SentencePiece model. The full check of the
+    merged fields (e.g. d_model divisible by num_heads) runs when the model is built.
+    """
+
+    preset: Literal["tiny", "small", "base", "big"] = "base"
+    dtype: Literal["float32", "mixed_bfloat16", "mixed_float16"] = "float32"
+    num_encoder_layers: int | None = None
+    num_decoder_layers: int | None = None
+    d_model: int | None = None
+    d_ff: int | None = None
+    num_heads: int | None = None
+    key_dim: int | None = None
+    value_dim: int | None = None
+    dropout: float | None = None
+    attention_dropout: float | None = None
+    relu_dropout: float | None = None
+    label_smoothing: float | None = None
+    norm_first: bool | None = None
+    positional_encoding: Literal["sinusoidal", "learned"] | None = None
+    max_length: int | None = None  # positions the model supports, at least data.max_length
+    layer_norm_epsilon: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("num_encoder_layers", "num_decoder_layers", "d_model", "d_ff", "num_heads",
+                    "key_dim", "value_dim", "max_length"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise FieldError(key, f"must be positive, got {getattr(self, key)!r}")
+        for key in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
+            if getattr(self, key) is not None and not 0 <= getattr(self, key) < 1:
+                raise FieldError(key, f"must be in [0, 1), got {getattr(self, key)!r}")
+        if self.layer_norm_epsilon is not None and self.layer_norm_epsilon <= 0:
+            raise FieldError("layer_norm_epsilon",
+                             f"must be positive, got {self.layer_norm_epsilon!r}")
+
+    def overrides(self) -> dict[str, Any]:
+        """The ModelConfig fields set in this section."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                if field.name not in ("preset", "dtype") and getattr(self, field.name) is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """The `train` section: the paper's recipe (section 5.3) and the run's bookkeeping.
+
+    An update sums `accumulate_steps` batches of `data.batch_tokens`; the loss is divided by
+    the real target tokens of all of them. Intervals set to 0 are off.
+    """
+
+    steps: int = 100_000  # updates; the paper trains the base model 100k steps, big 300k
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0  # multiplies the learning rate of eq. 3
+    accumulate_steps: int = 1
+    checkpoint_every_steps: int = 1000
+    checkpoint_every_minutes: float = 10.0  # the paper's interval
+    keep_checkpoints: int = 5
+    average_last: int = 5  # the paper averages the last 5 checkpoints (base), 20 (big)
+    validate_every_steps: int = 1000  # dev loss
+    bleu_every_steps: int = 5000  # greedy dev BLEU
+    bleu_max_sentences: int = 500  # the first dev pairs scored for BLEU
+    log_every_steps: int = 100
+    jit_compile: bool = False  # XLA: one compilation per batch shape
+    seed: int = 1234  # initialisation and dropout
+
+    def __post_init__(self) -> None:
+        for key, low in (("steps", 1), ("warmup_steps", 1), ("accumulate_steps", 1),
+                         ("checkpoint_every_steps", 0), ("keep_checkpoints", 1),
+                         ("average_last", 1), ("validate_every_steps", 0),
+                         ("bleu_every_steps", 0), ("bleu_max_sentences", 1),
+                         ("log_every_steps", 1)):
+            if getattr(self, key) < low:
+                raise FieldError(key, f"must be at least {low}, got {getattr(self, key)!r}")
+        if self.learning_rate_scale <= 0:
+            raise FieldError("learning_rate_scale",
+                             f"must be positive, got {self.learning_rate_scale!r}")
+        if self.checkpoint_every_minutes < 0:
+            raise FieldError("checkpoint_every_minutes",
+                             f"must be at least 0, got {self.checkpoint_every_minutes!r}")
+        if self.average_last > self.keep_checkpoints:
+            raise FieldError("average_last", f"must be at most keep_checkpoints "
+                             f"({self.keep_checkpoints}), got {self.average_last!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluateConfig:
+    """The `evaluate` section: beam search as in the paper (section 6.1: beam 4, alpha 0.6,
+    at most source length + 50 output tokens), scored with sacrebleu."""
+
+    beam_size: int = 4
+    alpha: float = 0.6
+    extra_length: int = 50
+    batch_size: int = 32  # sentences per decoding batch
+    splits: tuple[str, ...] = ("test",)  # what `run` evaluates
+
+    def __post_init__(self) -> None:
+        for key, low in (("beam_size", 1), ("extra_length", 0), ("batch_size", 1)):
+            if getattr(self, key) < low:
+                raise FieldError(key, f"must be at least {low}, got {getattr(self, key)!r}")
+        if self.alpha < 0:
+            raise FieldError("alpha", f"must be at least 0, got {self.alpha!r}")
+        unknown = sorted(set(self.splits) - {"dev", "test"})
+        if unknown or not self.splits:
+            raise FieldError("splits", f"must name dev and/or test, got {list(self.splits)!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportConfig:
+    """The `export` section: the formats written (decoding settings come from `evaluate`)."""
+
+    formats: tuple[str, ...] = EXPORT_FORMATS
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.formats) - set(EXPORT_FORMATS))
+        if unknown or not self.formats:
+            raise FieldError("formats", f"must name {' and/or '.join(EXPORT_FORMATS)}, "
+                             f"got {list(self.formats)!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class PipelineConfig:
     """A whole pipeline: the run name and directory, and one section per stage."""
 
     name: str
     data: DataConfig
     run_dir: str | None = None
+    model: ModelSection = dataclasses.field(default_factory=ModelSection)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = dataclasses.field(default_factory=EvaluateConfig)
+    export: ExportConfig = dataclasses.field(default_factory=ExportConfig)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):

@@ -1,0 +1,67 @@
+"""The tf.distribute strategy of this machine, and what the trainer asks of it.
+
+MultiWorkerMirroredStrategy when the TF_CONFIG environment variable names a cluster (one
+process per worker, the chief being task `chief` 0, else `worker` 0); otherwise
+MirroredStrategy over every visible GPU, or over the logical CPU devices on a machine without
+one (a single device unless `tf.config.set_logical_device_configuration` split the CPU).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import tensorflow as tf
+
+
+def cluster_spec() -> dict[str, list[str]]:
+    """The `cluster` of TF_CONFIG ({} when unset): task type -> addresses."""
+    return json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+
+
+def make_strategy() -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy for a TF_CONFIG cluster, else MirroredStrategy on the
+    local GPUs (or logical CPUs)."""
+    if cluster_spec():
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    return tf.distribute.MirroredStrategy([device.name for device in devices])
+
+
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """True in the one process that writes checkpoints, logs and prints."""
+    if not is_multi_worker(strategy):
+        return True
+    resolver = strategy.cluster_resolver
+    if resolver.task_type == "chief":
+        return True
+    return resolver.task_type == "worker" and resolver.task_id == 0 and \
+        "chief" not in resolver.cluster_spec().as_dict()
+
+
+def task_id(strategy: tf.distribute.Strategy) -> str:
+    """`TYPE-ID` of this worker (`local` without a cluster)."""
+    if not is_multi_worker(strategy):
+        return "local"
+    return f"{strategy.cluster_resolver.task_type}-{strategy.cluster_resolver.task_id}"
+
+
+def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
+    """True when `flag` is true in any worker: decisions taken from a worker's own clock
+    (a checkpoint every N minutes) must agree, or the workers' collectives would diverge."""
+    if not is_multi_worker(strategy):
+        return flag
+    votes = strategy.run(lambda: tf.constant(float(flag)))
+    return bool(strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None) > 0)
+
+
+def exit_worker(status: int) -> None:
+    """Ends a multi-worker process at once once its outputs are saved: its collective
+    runtime can otherwise hang at interpreter exit for up to a minute."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

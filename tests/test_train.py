@@ -1,0 +1,176 @@
+"""The trainer: replicas and workers agree, runs resume after SIGKILL, one trace, NaN stop."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import typing
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.config import PRESETS
+from pipelines.checkpoints import checkpoint_step, training_checkpoints
+from pipelines.config import ConfigError, ModelSection, load_config
+from pipelines.train import TrainingDiverged, TrainingRun, build_model
+from tiny_run import dataset_fn, make_tiny_run, synthetic_halves
+
+TESTS = Path(__file__).parent
+CLI = "import sys; from pipelines.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
+
+
+def test_replicas_and_accumulation_make_the_one_replica_update(tmp_path: Path) -> None:
+    # The paper's warm-up keeps the learning rate realistic: Adam amplifies rounding noise
+    # in weights with tiny gradients in proportion to it.
+    config = make_tiny_run(tmp_path, train={"warmup_steps": 4000, "learning_rate_scale": 50.0})
+    result = subprocess.run([sys.executable, str(TESTS / "replicas_script.py"), str(config),
+                             "20"], env=_env(), capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["replicas"] == {"merged": 1, "replicas": 2, "accumulated": 1}
+    assert report["traces"] == {"merged": 1, "replicas": 1, "accumulated": 1}
+    assert report["initial_diff"] == {"merged": 0.0, "replicas": 0.0, "accumulated": 0.0}
+    assert report["trained_change"] > 1e-3  # the weights moved far more than the tolerance
+    assert report["max_diff"]["replicas"] < 1e-5
+    assert report["max_diff"]["accumulated"] < 1e-5
+    # Key biases (zero true gradient) only drift by noise-driven steps of at most ~lr each.
+    assert max(report["key_bias_diff"].values()) <= 2 * report["learning_rate_sum"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_workers_finish_with_identical_weights_and_exit(tmp_path: Path) -> None:
+    # checkpoint_every_minutes makes the workers agree on time-based saves at every step.
+    config = make_tiny_run(tmp_path, train={"checkpoint_every_minutes": 10.0})
+    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    processes = []
+    try:
+        for index in range(2):
+            tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            processes.append(subprocess.Popen(
+                [sys.executable, str(TESTS / "worker_script.py"), str(config),
+                 str(tmp_path / f"worker{index}.npz")],
+                env=_env(TF_CONFIG=json.dumps(tf_config)), stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True))
+        outputs = [process.communicate(timeout=240)[0] for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output[-3000:]
+        assert "to step 20 (MultiWorkerMirroredStrategy, 2 replica(s))" in output
+    first, second = (np.load(tmp_path / f"worker{i}.npz") for i in range(2))
+    assert len(first.files) > 50
+    for key in first.files:
+        np.testing.assert_array_equal(first[key], second[key])
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert [checkpoint_step(p) for p in training_checkpoints(tmp_path / "run")] == [10, 20]
+    assert not list(checkpoints.glob(".*"))  # the non-chief's temporary saves are gone
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+    config = make_tiny_run(tmp_path, train={
+        "steps": 60, "checkpoint_every_steps": 5, "validate_every_steps": 60,
+        "bleu_every_steps": 60, "bleu_max_sentences": 16, "log_every_steps": 20})
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-c", CLI, "train", str(config)]
+    process = subprocess.Popen(command, env=_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            kept = training_checkpoints(run_dir)
+            if kept and checkpoint_step(kept[-1]) >= 10:
+                break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == -signal.SIGKILL
+    killed_at = checkpoint_step(training_checkpoints(run_dir)[-1])
+    assert 10 <= killed_at < 60
+
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"ckpt-{killed_at} at step {killed_at}" in result.stdout  # resumed, not from 0
+    assert f"trained {run_dir} to step 60 (resumed at step {killed_at}" in result.stdout
+    assert "dev BLEU" in result.stdout
+    assert checkpoint_step(training_checkpoints(run_dir)[-1]) == 60
+    tags = {value.tag for path in (run_dir / "logs").glob("events.out.tfevents.*")
+            for event in tf.compat.v1.train.summary_iterator(str(path))
+            for value in event.summary.value}
+    assert {"train/loss", "train/learning_rate", "train/tokens_per_second", "dev/loss",
+            "dev/perplexity", "dev/bleu"} <= tags
+
+
+def test_one_trace_over_batches_of_20_shapes_in_mixed_bfloat16(tmp_path: Path) -> None:
+    config = load_config(make_tiny_run(tmp_path, model={"dtype": "mixed_bfloat16"}, train={
+        "steps": 12, "accumulate_steps": 2, "warmup_steps": 4, "validate_every_steps": 12,
+        "bleu_every_steps": 12, "bleu_max_sentences": 8}))
+    batches = synthetic_halves(12, vocab_size=100)
+    assert len({(b["source_ids"].shape, b["target_ids"].shape) for b in batches}) >= 20
+    run = TrainingRun(config, dataset_fn=dataset_fn(batches))
+    summary = run.run()
+    assert run.trainer.train_step.experimental_get_tracing_count() == 1
+    assert run.trainer.model.compute_dtype == "bfloat16"
+    assert summary.step == 12 and np.isfinite(summary.loss)
+    assert summary.dev_loss is not None and np.isfinite(summary.dev_loss)
+    assert summary.dev_bleu is not None and 0 <= summary.dev_bleu <= 100
+
+
+def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(tmp_path: Path) -> None:
+    config = load_config(make_tiny_run(tmp_path, train={"steps": 6, "checkpoint_every_steps": 3}))
+    first = TrainingRun(config)
+    first.run()
+    state = [v.numpy() for v in first.trainer.optimizer.variables]
+    weights = [v.numpy() for v in first.trainer.model.variables]
+
+    second = TrainingRun(dataclasses.replace(
+        config, train=dataclasses.replace(config.train, steps=12)))
+    assert second.start_step == 6 and second.trainer.step == 6
+    assert second.trainer.learning_rate() == first.trainer.learning_rate()
+    for saved, restored in zip(state, second.trainer.optimizer.variables):
+        np.testing.assert_array_equal(saved, restored.numpy())
+    for saved, restored in zip(weights, second.trainer.model.variables):
+        np.testing.assert_array_equal(saved, restored.numpy())
+
+    embeddings = second.trainer.model.trainable_variables[0]
+    embeddings.assign(np.full(embeddings.shape, np.nan, np.float32))
+    with pytest.raises(TrainingDiverged, match=r"at step 7 .*ckpt-6"):
+        second.run()
+    assert [checkpoint_step(p) for p in training_checkpoints(config.run_path)] == [3, 6]
+
+
+def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
+    assert set(typing.get_args(typing.get_type_hints(ModelSection)["preset"])) == set(PRESETS)
+    demo = load_config("demo")
+    assert demo.model.preset == "small" and demo.model.dtype == "mixed_bfloat16"
+    config = make_tiny_run(tmp_path)
+    text = config.read_text()
+    for line, bad_line in (("  steps: 20", "  steps: 0"), ("  dropout: 0.0", "  dropout: 1.5"),
+                           ("  average_last: 3", "  average_last: 9"),
+                           ("  preset: tiny", "  preset: huge")):
+        config.write_text(text.replace(line, bad_line))
+        key = bad_line.split(":")[0].strip()
+        with pytest.raises(ConfigError, match=rf"config.yaml:\d+: (model|train)\.{key}:"):
+            load_config(config)
+    config.write_text(text.replace("preset: tiny", "preset: tiny\n  d_model: 30"))
+    with pytest.raises(ConfigError, match="divisible"):
+        build_model(load_config(config), vocab_size=100)

@@ -1,0 +1,100 @@
+"""Test helpers for the trainer: a tiny prepared run (synthetic corpus, its own small
+SentencePiece model, a config with the `tiny` preset) and synthetic batches of varied shapes.
+
+Shared by tests/test_train.py, tests/test_average.py and the subprocess scripts beside them.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+WORDS = ("sun moon star tree river stone bird fish cloud rain wind fire snow leaf root seed "
+         "hill lake road door").split()
+
+
+def make_tiny_run(directory: Path, *, model: dict[str, Any] | None = None,
+                  train: dict[str, Any] | None = None) -> Path:
+    """Writes directory/run/{data,vocab} and directory/config.yaml; returns the config path.
+
+    The corpus pairs random word sequences with their reversal in upper case (400 train and
+    40 dev pairs); the defaults train 20 steps of the tiny preset without dropout.
+    """
+    from keras_transformer.tokenizer import train_sentencepiece
+
+    run_dir = directory / "run"
+    (run_dir / "data").mkdir(parents=True, exist_ok=True)
+    (run_dir / "vocab").mkdir(exist_ok=True)
+    rng = random.Random(0)
+    for split, count in (("train", 400), ("dev", 40)):
+        pairs = [rng.choices(WORDS, k=rng.randint(2, 12)) for _ in range(count)]
+        (run_dir / "data" / f"{split}.src").write_text(
+            "".join(" ".join(words) + "\n" for words in pairs))
+        (run_dir / "data" / f"{split}.tgt").write_text(
+            "".join(" ".join(reversed(words)).upper() + "\n" for words in pairs))
+    data_dir = run_dir / "data"
+    (run_dir / "vocab" / "spm.model").write_bytes(train_sentencepiece(
+        [data_dir / "train.src", data_dir / "train.tgt"], vocab_size=400))
+    config = {
+        "name": "tiny", "run_dir": str(run_dir),
+        "data": {"source": "files", "train": {"src": str(data_dir / "train.src"),
+                                              "tgt": str(data_dir / "train.tgt")},
+                 "max_length": 40, "batch_tokens": 320, "shuffle_buffer": 500},
+        "model": {"preset": "tiny", "dropout": 0.0, **(model or {})},
+        "train": {"steps": 20, "warmup_steps": 10, "log_every_steps": 5,
+                  "checkpoint_every_steps": 10, "checkpoint_every_minutes": 0,
+                  "keep_checkpoints": 5, "average_last": 3, "validate_every_steps": 0,
+                  "bleu_every_steps": 0, **(train or {})},
+    }
+    path = directory / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def synthetic_halves(steps: int, vocab_size: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """2 * steps batches, all of different shapes: {"source_ids" [b, s], "target_ids" [b, t]}
+    (target BOS ... EOS, padded with 0); batches 2i and 2i + 1 make update i."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for index in range(2 * steps):
+        batch, src_len, tgt_len = 2 + index % 3, 5 + index, 4 + (index * 7) % 23
+        source = rng.integers(4, vocab_size, (batch, src_len), dtype=np.int32)
+        target = rng.integers(4, vocab_size, (batch, tgt_len), dtype=np.int32)
+        target[:, 0], target[:, -1] = 2, 3
+        for row in range(1, batch):  # ragged rows: padding after EOS
+            cut = rng.integers(3, tgt_len + 1)
+            target[row, cut - 1], target[row, cut:] = 3, 0
+            source[row, rng.integers(2, src_len + 1):] = 0
+        batches.append({"source_ids": source, "target_ids": target})
+    return batches
+
+
+def merged(halves: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """Batches 2i and 2i + 1 padded to one shape and concatenated: one batch per update."""
+    out = []
+    for first, second in zip(halves[::2], halves[1::2]):
+        out.append({key: np.concatenate([_pad(first[key], second[key].shape[1]),
+                                         _pad(second[key], first[key].shape[1])])
+                    for key in first})
+    return out
+
+
+def dataset_fn(batches: list[dict[str, np.ndarray]]):
+    """A `distribute_datasets_from_function` argument yielding `batches` in order, endlessly."""
+    import tensorflow as tf
+
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return tf.data.Dataset.from_generator(
+            lambda: iter(batches), output_signature={"source_ids": spec, "target_ids": spec}
+        ).repeat()
+
+    return make
+
+
+def _pad(ids: np.ndarray, length: int) -> np.ndarray:
+    return np.pad(ids, [(0, 0), (0, max(0, length - ids.shape[1]))])

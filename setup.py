@@ -21,11 +21,12 @@ setup(
         "onnx==1.23.2",
         "onnxruntime==1.31.1",
         "onnxruntime-extensions==0.15.2",
+        "tensorflow-serving-api==2.21.0",  # the SavedModel's warm-up requests
         "pyyaml==6.0.3",
         "matplotlib==3.11.2",
     ],
     extras_require={
-        "test": ["pytest==9.2.0", "tensorflow-serving-api==2.21.0"],
+        "test": ["pytest==9.2.0"],
     },
     entry_points={"console_scripts": ["keras-transformer=pipelines.cli:main"]},
 )

@@ -1,5 +1,7 @@
-"""Shared fixture: the demo corpus prepared once per session (about 10 s)."""
+"""Shared fixtures: the demo corpus prepared once per session (about 10 s); a trained tiny
+translator and its exports (about 40 s, tests/export_helpers.py)."""
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -13,3 +15,51 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> PrepareSummary:
     config = load_config("demo")
     run_dir = tmp_path_factory.mktemp("runs") / "demo"
     return prepare(dataclasses.replace(config, run_dir=str(run_dir)))
+
+
+@pytest.fixture(scope="session")
+def export_translator(tmp_path_factory: pytest.TempPathFactory):
+    """A Translator (beam 4, sources cut to 40 tokens) of a tiny model trained 100 steps."""
+    from export.translator import Translator
+    from export_helpers import make_model, train_spm
+
+    model_proto = train_spm(tmp_path_factory.mktemp("spm"))
+    return Translator(make_model(model_proto, steps=100), model_proto, max_source_length=40)
+
+
+@pytest.fixture(scope="session")
+def keras_reference(export_translator) -> dict:
+    """The test sentences' source ids, and best target ids and scores of eager (Keras-level)
+    beam search with beam 4: what every export must reproduce."""
+    from export_helpers import SENTENCES, keras_beam_search, source_ids
+
+    source = source_ids(export_translator.spm_model_proto, SENTENCES)
+    target_ids, score = keras_beam_search(export_translator.model, source, beam_size=4)
+    return {"source_ids": source, "target_ids": target_ids, "score": score}
+
+
+@pytest.fixture(scope="session")
+def export_config(export_translator, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run holding the translator's vocabulary and model (as checkpoints/averaged), and its
+    config (data.max_length 40: the translator's max_source_length)."""
+    from export_helpers import write_run
+
+    return write_run(tmp_path_factory.mktemp("export_run"), export_translator)
+
+
+@pytest.fixture(scope="session")
+def exported(export_config):
+    """`export_run` of that run: a SavedModel version and the ONNX models (about 30 s)."""
+    from export.pipeline import export_run
+
+    return export_run(load_config(export_config))
+
+
+@pytest.fixture(scope="session")
+def saved_model_dir(exported) -> Path:
+    return exported.saved_model
+
+
+@pytest.fixture(scope="session")
+def onnx_dir(exported) -> Path:
+    return exported.onnx

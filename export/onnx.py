@@ -1,0 +1,93 @@
+"""ONNX export with tf2onnx: the Translator's graph functions as ONNX models, beam search inside.
+
+    model.onnx       source_ids int32 [batch, time] -> target_ids int32 [batch, time],
+                     score float32 [batch]; runs with plain onnxruntime
+    translator.onnx  text string [batch] -> translation string [batch], score float32 [batch];
+                     needs onnxruntime-extensions (SentencePiece)
+    spm.model, translator.json   the tokenizer and the decoding settings
+
+The beam-search tf.while_loop becomes one ONNX Loop. Opset 17 (tf2onnx 1.17 supports up to
+18). Two deviations from tf2onnx's defaults, both pinned to tf2onnx 1.17.0:
+* a handler for SentencepieceDetokenizeOp (tf2onnx has none), to onnxruntime-extensions'
+  SentencepieceDecoder, which decodes one sequence (`export.text` detokenizes the batch as one);
+* its back-to-back optimizer is left out: it merges two Reshapes even when its reshape
+  optimizer has written a 0 ("copy the input's dimension") into the second shape, which breaks
+  attention's split into heads once a zero bias has been folded away (an untrained model).
+
+Run the models with `export.onnx_runtime.OnnxTranslator`.
+"""
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import onnx
+import tensorflow as tf
+import tf2onnx
+from onnx import TensorProto
+from tf2onnx import constants, optimizer, tf_loader, utils
+from tf2onnx.handler import tf_op
+
+from export.onnx_runtime import METADATA_FILE, MODEL_FILE, TRANSLATOR_FILE
+from export.translator import Translator
+
+OPSET = 17
+SPM_FILE = "spm.model"
+OPTIMIZERS = OrderedDict((name, factory) for name, factory in optimizer._get_optimizers().items()
+                         if name != "remove_back_to_back")
+
+
+@tf_op("SentencepieceDetokenizeOp", domain=constants.CONTRIB_OPS_DOMAIN)
+class SentencepieceDetokenize:
+    """SentencepieceDetokenizeOp(model, ids, splits) -> SentencepieceDecoder(ids): valid for a
+    single row (splits [0, n]), as `export.text.decode_ids` calls it."""
+
+    @classmethod
+    def version_1(cls, ctx, node, **kwargs) -> None:
+        resource = node.inputs[0]
+        utils.make_sure(resource.type == "SentencepieceOp",
+                        "input 0 of %s is not a SentencepieceOp", node.name)
+        ids = ctx.make_node("Cast", [node.input[1]], attr={"to": TensorProto.INT64}).output[0]
+        ctx.replace_inputs(node, [ids])
+        node.type, node.domain = "SentencepieceDecoder", constants.CONTRIB_OPS_DOMAIN
+        for name in list(node.attr):
+            del node.attr[name]
+        node.set_attr("model", resource.attr["model"].s)
+        if ctx.is_safe_to_remove_nodes([resource]):
+            ctx.remove_node(resource.name)
+
+
+def export_onnx(translator: Translator, directory: Path) -> dict[str, Path]:
+    """Writes model.onnx, translator.onnx, spm.model and translator.json into `directory`;
+    returns their paths by name."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {name: directory / name
+             for name in (MODEL_FILE, TRANSLATOR_FILE, SPM_FILE, METADATA_FILE)}
+    metadata = translator.metadata()
+    onnx.save(convert(translator.translate_ids, metadata), paths[MODEL_FILE])
+    onnx.save(convert(translator.translate, metadata, text=True), paths[TRANSLATOR_FILE])
+    paths[SPM_FILE].write_bytes(translator.spm_model_proto)
+    paths[METADATA_FILE].write_text(json.dumps(metadata, indent=2) + "\n")
+    return paths
+
+
+def convert(function: tf.types.experimental.PolymorphicFunction, metadata: dict[str, Any],
+            text: bool = False) -> onnx.ModelProto:
+    """The ONNX model of a tf.function with an input signature (as tf2onnx's from_function,
+    without its back-to-back optimizer and failing on any op it cannot convert)."""
+    concrete = function.get_concrete_function()
+    inputs = [t.name for t in concrete.inputs if t.dtype != tf.resource]
+    outputs = [t.name for t in concrete.outputs if t.dtype != tf.resource]
+    extra_opset = [utils.make_opsetid(constants.CONTRIB_OPS_DOMAIN, 1)] if text else None
+    with tf.device("/cpu:0"):
+        graph_def = tf_loader.from_function(concrete, inputs, outputs)
+        model, _ = tf2onnx.convert._convert_common(
+            graph_def, name=concrete.name, opset=OPSET, extra_opset=extra_opset,
+            input_names=inputs, output_names=outputs, continue_on_error=False,
+            tensors_to_rename=tf2onnx.convert.tensor_names_from_structed(concrete, inputs,
+                                                                        outputs),
+            optimizers=OPTIMIZERS)
+    onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})
+    return model

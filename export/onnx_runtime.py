@@ -1,0 +1,132 @@
+"""ONNX Runtime runner of an ONNX export directory (`export.onnx`); imports no TensorFlow.
+
+onnxruntime-extensions' SentencePiece kernels crash (SIGSEGV) in a process that imported
+TensorFlow before creating their session; so where TensorFlow is imported, `translate` and
+`translate_lines` run translator.onnx in a child process (a start-up of about a second per
+call). `translate_ids` (model.onnx) needs plain onnxruntime only and runs in process.
+
+Example:
+    translator = OnnxTranslator(Path("runs/demo/export/onnx"))
+    translator.translate_lines(["In the beginning."])  # ["Au commencement."]
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from export.lines import decode_line, translate_in_batches
+
+MODEL_FILE, TRANSLATOR_FILE, METADATA_FILE = "model.onnx", "translator.onnx", "translator.json"
+
+
+def session_options(threads: int | None = None) -> ort.SessionOptions:
+    """All graph optimizations, `threads` intra-op threads (default: one per CPU core) that
+    sleep rather than spin between ops, sequential execution.
+
+    The decoding loop is a long chain of small ops: spinning threads (ONNX Runtime's default)
+    took 2-3x longer per sentence on a busy 2-core machine (bench/decode_speed.py), and
+    inter-op threads would only contend; basic graph optimizations were slower than all.
+    """
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = threads or os.cpu_count() or 1
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+class OnnxTranslator:
+    """Sessions of model.onnx (ids) and translator.onnx (text), created at first use.
+
+    Args:
+        directory: an ONNX export directory.
+        threads: intra-op threads per session (default: one per CPU core).
+    """
+
+    def __init__(self, directory: Path, threads: int | None = None) -> None:
+        self.directory = Path(directory)
+        self.threads = threads
+        self.metadata: dict[str, Any] = json.loads((self.directory / METADATA_FILE).read_text())
+
+    @functools.cached_property
+    def ids_session(self) -> ort.InferenceSession:
+        return ort.InferenceSession(str(self.directory / MODEL_FILE),
+                                    session_options(self.threads),
+                                    providers=["CPUExecutionProvider"])
+
+    @functools.cached_property
+    def text_session(self) -> ort.InferenceSession:
+        from onnxruntime_extensions import get_library_path
+
+        options = session_options(self.threads)
+        options.register_custom_ops_library(get_library_path())
+        return ort.InferenceSession(str(self.directory / TRANSLATOR_FILE), options,
+                                    providers=["CPUExecutionProvider"])
+
+    def translate_ids(self, source_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """source ids int32 [batch, time] -> {"target_ids" [batch, time], "score" [batch]}."""
+        target_ids, score = self.ids_session.run(
+            ["target_ids", "score"], {"source_ids": np.asarray(source_ids, np.int32)})
+        return {"target_ids": target_ids, "score": score}
+
+    def translate(self, texts: Sequence[str | bytes]) -> dict[str, Any]:
+        """Lines -> {"translation": list[str], "score": float32 [batch]}; invalid UTF-8 in
+        bytes reads as U+FFFD per byte, as the TF graph's SentencePiece reads it."""
+        lines = [decode_line(text) for text in texts]  # ONNX Runtime takes str only
+        if not lines:  # the graph needs a batch of at least one
+            return {"translation": [], "score": np.zeros([0], np.float32)}
+        if self._needs_child():
+            output = self._in_child("translate", lines)
+            return {"translation": output["translation"],
+                    "score": np.array(output["score"], np.float32)}
+        translation, score = self.text_session.run(["translation", "score"],
+                                                   {"text": np.array(lines, object)})
+        return {"translation": [str(t) for t in translation], "score": score}
+
+    def translate_lines(self, lines: Sequence[str | bytes], batch_size: int = 32) -> list[str]:
+        """Translations of `lines` in their order, decoded in batches of similar lengths."""
+        if self._needs_child():
+            return self._in_child("translate_lines", [decode_line(line) for line in lines],
+                                  batch_size)["translation"]
+        return translate_in_batches(lambda batch: self.translate(batch)["translation"], lines,
+                                    batch_size)
+
+    def _needs_child(self) -> bool:
+        """Whether TensorFlow is imported and the text session not yet made."""
+        return "tensorflow" in sys.modules and "text_session" not in self.__dict__
+
+    def _in_child(self, method: str, lines: list[str], batch_size: int = 32) -> dict[str, Any]:
+        """Runs `method` in a Python process that has not imported TensorFlow."""
+        request = {"directory": str(self.directory), "threads": self.threads, "method": method,
+                   "lines": lines, "batch_size": batch_size}
+        done = subprocess.run([sys.executable, "-m", "export.onnx_runtime"],
+                              input=json.dumps(request), capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"ONNX Runtime process failed: {done.stderr[-2000:]}")
+        return json.loads(done.stdout)
+
+
+def _serve_child() -> None:
+    """The child of `OnnxTranslator._in_child`: a JSON request on stdin, the result on stdout."""
+    request = json.load(sys.stdin)
+    translator = OnnxTranslator(Path(request["directory"]), request["threads"])
+    if request["method"] == "translate":
+        output = translator.translate(request["lines"])
+        result = {"translation": output["translation"], "score": output["score"].tolist()}
+    else:
+        result = {"translation": translator.translate_lines(request["lines"],
+                                                            request["batch_size"])}
+    json.dump(result, sys.stdout)
+
+
+if __name__ == "__main__":
+    _serve_child()

@@ -1,0 +1,114 @@
+"""The export stage: a run's best checkpoint -> runs/NAME/export/.
+
+    export/saved_model/<version>/   a new version per export (TF Serving base path)
+    export/models.config            TF Serving's model config for it
+    export/onnx/{model,translator}.onnx, spm.model, translator.json
+
+The model is restored in float32 (`pipelines.inference`) and decodes with the `evaluate`
+section's settings (beam 4, alpha 0.6, source length + 50), a source cut to data.max_length
+tokens. The warm-up requests carry the first dev sentences. The ONNX directory is written
+under a temporary name and swapped in by renames, each SavedModel version by one rename.
+
+Example:
+    print(export_run(load_config("demo")).format())
+"""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+from export.saved_model import WARMUP_TEXT, export_saved_model
+from export.translator import Translator
+from pipelines import InputError
+from pipelines.checkpoints import replace_directory
+from pipelines.config import EXPORT_FORMATS, PipelineConfig
+from pipelines.files import atomic_open
+from pipelines.inference import load_model_for_inference
+
+WARMUP_SENTENCES = 4
+MODELS_CONFIG = Path(__file__).with_name("serving") / "models.config"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSummary:
+    """What export wrote."""
+
+    checkpoint: str
+    saved_model: Path | None  # the new version's directory
+    onnx: Path | None
+    beam_size: int
+    alpha: float
+    seconds: float
+
+    def format(self) -> str:
+        """The summary as the CLI prints it."""
+        lines = [f"exported {self.checkpoint} (beam {self.beam_size}, alpha {self.alpha}) "
+                 f"in {self.seconds:.0f} s"]
+        if self.saved_model:
+            lines.append(f"  saved_model  {self.saved_model} (TF Serving: "
+                         f"{self.saved_model.parent.parent / 'models.config'})")
+        if self.onnx:
+            lines.append(f"  onnx         {self.onnx}/{{model,translator}}.onnx")
+        return "\n".join(lines)
+
+
+def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
+               checkpoint: str | None = None) -> ExportSummary:
+    """Exports the run's model (default: the averaged checkpoint, else the latest) in
+    `formats` (default: the `export` section's).
+
+    Raises:
+        InputError: an unknown format, or the run has no vocabulary or checkpoint.
+    """
+    formats = config.export.formats if formats is None else formats
+    unknown = sorted(set(formats) - set(EXPORT_FORMATS))
+    if unknown or not formats:
+        raise InputError(f"unknown export format(s) {unknown or list(formats)}; "
+                         f"choose from {', '.join(EXPORT_FORMATS)}")
+    start = time.perf_counter()
+    model, checkpoint = load_model_for_inference(config, checkpoint)
+    settings = config.evaluate
+    translator = Translator(model, (config.run_path / "vocab" / "spm.model").read_bytes(),
+                            beam_size=settings.beam_size, alpha=settings.alpha,
+                            max_source_length=config.data.max_length,
+                            extra_length=settings.extra_length)
+    directory = config.run_path / "export"
+    directory.mkdir(parents=True, exist_ok=True)
+    saved_model = onnx = None
+    if "saved_model" in formats:
+        saved_model = export_saved_model(translator, directory / "saved_model",
+                                         warmup_text=_warmup_text(config),
+                                         model_name=config.name)
+        write_models_config(directory / "models.config", config.name, saved_model.parent)
+    if "onnx" in formats:
+        from export.onnx import export_onnx
+
+        temporary = Path(tempfile.mkdtemp(prefix=".onnx-", dir=directory))
+        export_onnx(translator, temporary)
+        onnx = directory / "onnx"
+        replace_directory(temporary, onnx)
+    return ExportSummary(checkpoint, saved_model, onnx, settings.beam_size, settings.alpha,
+                         time.perf_counter() - start)
+
+
+def write_models_config(path: Path, name: str, base_path: Path) -> None:
+    """TF Serving's --model_config_file for the model `name` at `base_path` (the template
+    export/serving/models.config without its comments)."""
+    body = "".join(line for line in MODELS_CONFIG.read_text().splitlines(keepends=True)
+                   if not line.startswith("#"))
+    body = body.replace("{name}", name).replace("{base_path}", str(base_path.resolve()))
+    with atomic_open(path, "w") as file:
+        file.write("# Written by `keras-transformer export` (README.md, Serving).\n" + body)
+
+
+def _warmup_text(config: PipelineConfig) -> list[str]:
+    """The first dev sentences (non-empty), else a fixed pair."""
+    dev = config.run_path / "data" / "dev.src"
+    if not dev.is_file():
+        return list(WARMUP_TEXT)
+    with open(dev, encoding="utf-8") as file:
+        lines = [line.strip() for line, _ in zip(file, range(WARMUP_SENTENCES))]
+    return [line for line in lines if line] or list(WARMUP_TEXT)

@@ -1,0 +1,120 @@
+"""The Translator as a versioned SavedModel for TF Serving.
+
+    base_dir/<version>/saved_model.pb, variables/
+                       assets.extra/tf_serving_warmup_requests   PredictionLog records
+                       assets.extra/spm.model, translator.json   for clients and `translate`
+
+Signatures (`export.translator`): `serving_default` (text -> translation, score) and
+`translate_ids` (source_ids -> target_ids, score). The graphs use core TF ops and TF Text ops
+of TF Serving's set (serving/tf_serving_text_ops.txt); the SentencePiece model is inside them.
+
+Each export takes a new integer version, 1 + the largest one present: it is written under a
+temporary name (`.export-*`; TF Serving reads integer names only) and renamed into place
+(`export.versions`), so a reader never sees a partial version.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from export.lines import translate_in_batches
+from export.serving.client import predict_request
+from export.text import encode_text
+from export.translator import Translator
+from export.versions import publish_version
+from keras_transformer.config import ModelConfig
+from keras_transformer.model import Transformer
+
+WARMUP_FILE = "tf_serving_warmup_requests"
+SPM_FILE, METADATA_FILE = "spm.model", "translator.json"
+WARMUP_TEXT = ("Hello.", "This is a test of the exported translator.")
+
+
+def export_saved_model(translator: Translator, base_dir: Path, *,
+                       warmup_text: Sequence[str] = WARMUP_TEXT,
+                       model_name: str = "translator") -> Path:
+    """Writes the next version under `base_dir`; returns its directory.
+
+    Args:
+        translator: the module to save.
+        base_dir: the model's TF Serving base path.
+        warmup_text: sentences of the warm-up requests (one request of one sentence and one
+            of them all, for each signature).
+        model_name: the model name the warm-up requests carry.
+    """
+    base_dir.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(prefix=".export-", dir=base_dir))
+    try:
+        tf.saved_model.save(translator, str(temporary), signatures={
+            "serving_default": translator.translate.get_concrete_function(),
+            "translate_ids": translator.translate_ids.get_concrete_function()})
+        extra = temporary / "assets.extra"
+        extra.mkdir()
+        write_warmup(extra / WARMUP_FILE, translator, warmup_text, model_name)
+        (extra / SPM_FILE).write_bytes(translator.spm_model_proto)
+        (extra / METADATA_FILE).write_text(json.dumps(translator.metadata(), indent=2) + "\n")
+        return publish_version(temporary, base_dir)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
+                 model_name: str) -> None:
+    """TF Serving's warm-up file: PredictionLog records for both signatures."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    batches = [np.array(texts[:1], object), np.array(texts, object)]
+    requests = [predict_request(model_name, {"text": batch}) for batch in batches]
+    requests += [predict_request(model_name, {"source_ids": encode_text(
+        tf.constant(batch), translator.spm_model_proto, translator.max_source_length)},
+        "translate_ids") for batch in batches]
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for request in requests:
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+
+
+def read_metadata(version_dir: Path) -> dict[str, Any]:
+    """The decoding settings and model config an export recorded."""
+    return json.loads((version_dir / "assets.extra" / METADATA_FILE).read_text())
+
+
+class SavedModelTranslator:
+    """An exported version loaded with tf.saved_model.load, run through its `serving_default`
+    signature (the graph TF Serving runs)."""
+
+    def __init__(self, version_dir: Path) -> None:
+        self.version_dir = Path(version_dir)
+        self.metadata = read_metadata(self.version_dir)
+        self.loaded = tf.saved_model.load(str(self.version_dir))
+        self.signature = self.loaded.signatures["serving_default"]
+
+    def translate(self, texts: Sequence[str | bytes]) -> dict[str, Any]:
+        """Lines -> {"translation": list[str], "score": float32 [batch]}."""
+        output = self.signature(text=tf.constant(list(texts), tf.string))
+        return {"translation": [t.decode("utf-8") for t in output["translation"].numpy()],
+                "score": output["score"].numpy()}
+
+    def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
+        """Translations of `lines` in their order, decoded in batches of similar lengths."""
+        return translate_in_batches(lambda batch: self.translate(batch)["translation"], lines,
+                                    batch_size)
+
+    def rebuild(self, **settings: Any) -> Translator:
+        """An in-process Translator with this version's weights and tokenizer, and decoding
+        settings (beam_size, alpha, max_source_length, extra_length) overridden."""
+        model = Transformer(ModelConfig(**self.metadata["model"]))
+        model.build()
+        for variable, saved in zip(model.variables, self.loaded.model_variables, strict=True):
+            variable.assign(saved)
+        defaults = {key: self.metadata[key]
+                    for key in ("beam_size", "alpha", "max_source_length", "extra_length")}
+        spm_model_proto = (self.version_dir / "assets.extra" / SPM_FILE).read_bytes()
+        return Translator(model, spm_model_proto, **{**defaults, **settings})

@@ -1,0 +1,107 @@
+"""The export stage and `keras-transformer export|translate`."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from export.loading import resolve_export
+from export_helpers import SENTENCES
+from pipelines.cli import main
+
+CLI = str(Path(sys.executable).with_name("keras-transformer"))
+
+
+def test_export_writes_a_version_models_config_and_onnx(exported, export_config):
+    run = exported.saved_model.parent.parent.parent
+    assert exported.saved_model == run / "export" / "saved_model" / "1"
+    assert exported.checkpoint.endswith("averaged/ckpt") and exported.beam_size == 4
+    config = (run / "export" / "models.config").read_text()
+    assert 'name: "tiny"' in config and f'base_path: "{exported.saved_model.parent}"' in config
+    assert sorted(p.name for p in exported.onnx.iterdir()) == \
+        ["model.onnx", "spm.model", "translator.json", "translator.onnx"]
+    assert "saved_model" in exported.format() and "onnx" in exported.format()
+
+
+def test_translate_reads_a_file_or_stdin_with_either_runtime(exported, export_translator,
+                                                            tmp_path, capsysbinary):
+    lines = SENTENCES + ["", "fish " * 2000]
+    source = tmp_path / "source.txt"
+    source.write_bytes(("\n".join(lines) + "\n").encode() + b"\xff bird\r\n")
+    expected = export_translator.translate_lines(lines + ["\ufffd bird"])
+    run_export = exported.saved_model.parent.parent
+    assert main(["translate", str(run_export), str(source), "--batch-size", "4"]) == 0
+    assert capsysbinary.readouterr().out.decode().splitlines() == expected
+    onnx = subprocess.run([CLI, "translate", str(exported.onnx), "--runtime", "onnx"],
+                          input=source.read_bytes(), capture_output=True, timeout=300)
+    assert onnx.returncode == 0, onnx.stderr[-2000:]
+    assert onnx.stdout.decode().splitlines() == expected
+
+
+def test_translate_with_another_beam(exported, export_translator, tmp_path, capsysbinary):
+    from export.translator import Translator
+
+    greedy = Translator(export_translator.model, export_translator.spm_model_proto,
+                        beam_size=1, max_source_length=40)
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(SENTENCES) + "\n")
+    assert main(["translate", str(exported.saved_model.parent), str(source), "--beam", "1"]) == 0
+    assert capsysbinary.readouterr().out.decode().splitlines() == \
+        greedy.translate_lines(SENTENCES)
+    assert main(["translate", str(exported.onnx), str(source), "--beam", "1"]) == 2
+    assert "exported with beam 4" in capsysbinary.readouterr().err.decode()
+
+
+def test_resolving_export_directories(exported, tmp_path):
+    run_export = exported.saved_model.parent.parent
+    assert resolve_export(run_export) == ("tf", exported.saved_model)
+    assert resolve_export(run_export, "onnx") == ("onnx", exported.onnx)
+    assert resolve_export(exported.saved_model) == ("tf", exported.saved_model)
+    assert resolve_export(exported.onnx) == ("onnx", exported.onnx)
+    with pytest.raises(ValueError, match="no export for runtime 'tf'"):
+        resolve_export(exported.onnx, "tf")
+    with pytest.raises(ValueError, match="export` first"):
+        resolve_export(tmp_path)
+
+
+def test_bad_arguments_exit_2(export_config, tmp_path, capsys):
+    assert main(["export", str(export_config), "--format", "tflite"]) == 2
+    assert "unknown export format" in capsys.readouterr().err
+    assert main(["export", str(export_config), "--checkpoint", str(tmp_path / "ckpt")]) == 2
+    assert "no such checkpoint" in capsys.readouterr().err
+    assert main(["translate", str(tmp_path), str(tmp_path / "missing.txt")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_the_export_section_names_formats(export_config, tmp_path):
+    from pipelines.config import ConfigError, load_config
+
+    text = export_config.read_text()
+    path = tmp_path / "config.yaml"
+    path.write_text(text + "export:\n  formats: [onnx]\n")
+    assert load_config(path).export.formats == ("onnx",)
+    path.write_text(text + "export:\n  formats: [tflite]\n")
+    with pytest.raises(ConfigError, match="export.formats: must name saved_model and/or onnx"):
+        load_config(path)
+
+
+def test_a_mixed_precision_model_is_restored_in_float32(export_config, tmp_path):
+    import dataclasses
+
+    from keras_transformer.tokenizer import Tokenizer
+    from pipelines.checkpoints import model_checkpoint
+    from pipelines.config import load_config
+    from pipelines.inference import load_model_for_inference
+    from pipelines.train import build_model
+
+    config = load_config(export_config)
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model,
+                                                                   dtype="mixed_bfloat16"))
+    trained = build_model(config, Tokenizer.from_file(config.run_path / "vocab" / "spm.model")
+                          .vocab_size)
+    prefix = model_checkpoint(trained).write(str(tmp_path / "ckpt"))
+    model, checkpoint = load_model_for_inference(config, prefix)
+    assert checkpoint == prefix and model.dtype_policy.name == "float32"
+    assert trained.dtype_policy.name == "mixed_bfloat16"
+    for restored, saved in zip(model.weights, trained.weights, strict=True):
+        assert (restored.numpy() == saved.numpy()).all()

@@ -1,0 +1,65 @@
+"""export/onnx.py and export/onnx_runtime.py: the ONNX models in ONNX Runtime against eager
+beam search and the TF graphs.
+
+translator.onnx runs in a child process that never imports TensorFlow (`OnnxTranslator`
+does so by itself here): onnxruntime-extensions' SentencePiece kernels crash in a process
+that imported TensorFlow first.
+"""
+import json
+
+import numpy as np
+import onnx
+import tensorflow as tf
+
+from export.onnx import OPSET, convert
+from export.onnx_runtime import OnnxTranslator
+from export.translator import Translator
+from export_helpers import SENTENCES, make_model
+
+
+def test_model_onnx_equals_keras_level_beam_search(onnx_dir, keras_reference):
+    model = onnx.load(str(onnx_dir / "model.onnx"))
+    assert [op.version for op in model.opset_import if op.domain in ("", "ai.onnx")] == [OPSET]
+    assert [node.op_type for node in model.graph.node].count("Loop") == 1  # the beam search
+    output = OnnxTranslator(onnx_dir).translate_ids(keras_reference["source_ids"])
+    np.testing.assert_array_equal(output["target_ids"], keras_reference["target_ids"])
+    np.testing.assert_allclose(output["score"], keras_reference["score"], atol=5e-6)
+
+
+def test_translator_onnx_gives_the_strings_of_the_tf_graph(onnx_dir, export_translator):
+    """In this process TensorFlow is imported: OnnxTranslator runs translator.onnx in a child."""
+    translator = OnnxTranslator(onnx_dir, threads=1)
+    bad = [b"", b" \t ", b"fish " * 2000, b"\xc3\x28 \xff bird"]
+    for batch in ([line.encode() for line in SENTENCES], bad, [b"bird"],
+                  [line.encode() for line in (SENTENCES * 7)[:64]]):
+        output = translator.translate(batch)
+        expected = export_translator.translate(tf.constant(batch))
+        assert output["translation"] == [t.decode() for t in expected["translation"].numpy()]
+        np.testing.assert_allclose(output["score"], expected["score"].numpy(), atol=5e-6)
+    lines = SENTENCES + [""]
+    assert translator.translate_lines(lines, batch_size=3) == \
+        export_translator.translate_lines(lines)
+    assert "text_session" not in translator.__dict__  # never made beside TensorFlow
+
+
+def test_an_untrained_model_with_zero_biases_converts_too(export_translator, keras_reference):
+    """Zero biases are folded away, which let tf2onnx's back-to-back optimizer break the
+    attention head split; the conversion leaves that optimizer out."""
+    translator = Translator(make_model(export_translator.spm_model_proto),
+                            export_translator.spm_model_proto, extra_length=5)
+    model = convert(translator.translate_ids, translator.metadata())
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    source = keras_reference["source_ids"]
+    target_ids, score = session.run(["target_ids", "score"], {"source_ids": source})
+    expected = translator.translate_ids(tf.constant(source))
+    np.testing.assert_array_equal(target_ids, expected["target_ids"].numpy())
+    np.testing.assert_allclose(score, expected["score"].numpy(), atol=5e-6)
+
+
+def test_metadata_and_an_empty_batch(onnx_dir):
+    translator = OnnxTranslator(onnx_dir)
+    assert translator.metadata["beam_size"] == 4 and translator.metadata["alpha"] == 0.6
+    assert json.loads(onnx.load(str(onnx_dir / "model.onnx")).metadata_props[0].value) == 4
+    assert translator.translate([])["translation"] == []

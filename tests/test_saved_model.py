@@ -1,0 +1,140 @@
+"""export/saved_model.py and export/versions.py: the reloaded SavedModel against eager beam
+search, its op set, warm-up requests, and versions that appear whole."""
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+
+import export
+from export.saved_model import (WARMUP_FILE, SavedModelTranslator, export_saved_model,
+                                read_metadata)
+from export.translator import Translator
+from export.versions import latest_version, publish_version, versions
+from export_helpers import SENTENCES
+
+TEXT_OPS = Path(export.__file__).with_name("serving") / "tf_serving_text_ops.txt"
+# Names of the ops plain TensorFlow (without tensorflow-text) does not register.
+NOT_CORE = """
+import json, sys
+import tensorflow
+from tensorflow.python.framework import op_def_registry
+print(json.dumps([name for name in json.load(sys.stdin) if op_def_registry.get(name) is None]))
+"""
+
+
+def test_both_reloaded_signatures_equal_keras_level_beam_search(saved_model_dir,
+                                                                 export_translator,
+                                                                 keras_reference):
+    loaded = tf.saved_model.load(str(saved_model_dir))
+    assert set(loaded.signatures) == {"serving_default", "translate_ids"}
+    ids = loaded.signatures["translate_ids"](
+        source_ids=tf.constant(keras_reference["source_ids"]))
+    np.testing.assert_array_equal(ids["target_ids"].numpy(), keras_reference["target_ids"])
+    np.testing.assert_allclose(ids["score"].numpy(), keras_reference["score"], rtol=1e-5)
+    text = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
+    expected = export_translator.translate(tf.constant(SENTENCES))
+    assert list(text["translation"].numpy()) == list(expected["translation"].numpy())
+    np.testing.assert_allclose(text["score"].numpy(), keras_reference["score"], rtol=1e-5)
+
+
+def test_ops_are_core_tf_or_tf_serving_text_ops(saved_model_dir):
+    saved = saved_model_pb2.SavedModel.FromString((saved_model_dir / "saved_model.pb")
+                                                  .read_bytes())
+    graph = saved.meta_graphs[0].graph_def
+    ops = {node.op for node in graph.node}
+    ops |= {node.op for function in graph.library.function for node in function.node_def}
+    not_core = json.loads(subprocess.run([sys.executable, "-c", NOT_CORE], input=json.dumps(
+        sorted(ops)), capture_output=True, text=True, check=True).stdout)
+    allowed = {line.strip() for line in TEXT_OPS.read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert len(allowed) == 35
+    assert {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp",
+            "While"} <= ops
+    assert set(not_core) <= allowed, sorted(set(not_core) - allowed)
+
+
+def test_warmup_requests_cover_both_signatures(saved_model_dir):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    records = tf.data.TFRecordDataset(str(saved_model_dir / "assets.extra" / WARMUP_FILE))
+    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in records]
+    requests = [log.predict_log.request for log in logs]
+    assert [r.model_spec.signature_name for r in requests] == \
+        ["serving_default"] * 2 + ["translate_ids"] * 2
+    assert all(r.model_spec.name == "tiny" for r in requests)
+    loaded = tf.saved_model.load(str(saved_model_dir))
+    for request in requests:  # each runs against its signature
+        inputs = {name: tf.make_ndarray(tensor) for name, tensor in request.inputs.items()}
+        loaded.signatures[request.model_spec.signature_name](**inputs)
+
+
+def test_metadata_and_a_rebuild_with_another_beam(saved_model_dir, export_translator):
+    metadata = read_metadata(saved_model_dir)
+    assert metadata["beam_size"] == 4 and metadata["max_source_length"] == 40
+    greedy = SavedModelTranslator(saved_model_dir).rebuild(beam_size=1)
+    expected = Translator(export_translator.model, export_translator.spm_model_proto,
+                          beam_size=1, max_source_length=40)
+    source = tf.constant(SENTENCES)
+    assert list(greedy.translate(source)["translation"].numpy()) == \
+        list(expected.translate(source)["translation"].numpy())
+
+
+def test_each_export_is_a_new_version_that_appears_whole(export_translator, tmp_path):
+    """A reader polling the newest version while two exports run sees only complete ones."""
+    base = tmp_path / "saved_model"
+    seen, incomplete, done = set(), [], threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            newest = latest_version(base)
+            if newest is None:
+                continue
+            seen.add(newest.name)
+            if not all((newest / name).exists() for name in (
+                    "saved_model.pb", "variables/variables.index",
+                    f"assets.extra/{WARMUP_FILE}", "assets.extra/translator.json")):
+                incomplete.append(newest.name)
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        first = export_saved_model(export_translator, base)
+        second = export_saved_model(export_translator, base)
+    finally:
+        done.set()
+        reader.join()
+    assert (first.name, second.name) == ("1", "2") and versions(base) == [1, 2]
+    assert not incomplete and seen <= {"1", "2"}
+    assert [p.name for p in base.iterdir() if not p.name.isdigit()] == []  # no temporaries
+
+
+def test_racing_publishers_take_distinct_versions(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    ready = []
+    for index in range(8):
+        directory = base / f".tmp-{index}"
+        directory.mkdir()
+        (directory / "payload").write_text(str(index))
+        ready.append(directory)
+    threads = [threading.Thread(target=publish_version, args=(d, base)) for d in ready]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert versions(base) == list(range(1, 9))
+    assert sorted((base / str(v) / "payload").read_text() for v in range(1, 9)) == \
+        [str(i) for i in range(8)]
+
+
+def test_no_version_is_none(tmp_path):
+    (tmp_path / ".export-abc").mkdir()
+    assert latest_version(tmp_path) is None and latest_version(tmp_path / "missing") is None
+    with pytest.raises(FileNotFoundError):
+        read_metadata(tmp_path / "1")

@@ -8,9 +8,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from pipelines import InputError
+from pipelines.run import STAGE_NAMES
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,6 +25,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         "prepare", help="corpus -> runs/NAME/data/{train,dev,test}.{src,tgt} + vocab/spm.model")
     prepare.add_argument("config", help="a pipeline YAML file or a builtin name (demo)")
     prepare.set_defaults(handler=_prepare)
+    train = commands.add_parser(
+        "train", help="runs/NAME/{data,vocab} -> checkpoints/ckpt-STEP + logs/ (TensorBoard)")
+    train.add_argument("config", help="a pipeline YAML file or a builtin name (demo)")
+    train.set_defaults(handler=_train)
+    average = commands.add_parser(
+        "average", help="the last train.average_last checkpoints -> checkpoints/averaged")
+    average.add_argument("config", help="a pipeline YAML file or a builtin name (demo)")
+    average.set_defaults(handler=_average)
+    export = commands.add_parser(
+        "export", help="the averaged (else latest) checkpoint -> export/saved_model/VERSION "
+        "(TF Serving) + export/onnx/{model,translator}.onnx")
+    export.add_argument("config", help="a pipeline YAML file or a builtin name (demo)")
+    export.add_argument("--format", help="comma-separated formats: saved_model,onnx "
+                        "(default: the config's export.formats, both)")
+    export.add_argument("--checkpoint", help="a checkpoint prefix (default: the averaged one)")
+    export.set_defaults(handler=_export)
+    translate = commands.add_parser(
+        "translate", help="lines (INPUT or stdin) -> translations (stdout), in order")
+    translate.add_argument("model_dir", help="an export: runs/NAME/export, its saved_model/ "
+                           "(newest version), one version, or its onnx/")
+    translate.add_argument("input", nargs="?", default="-", help="a UTF-8 file (default: stdin)")
+    translate.add_argument("--runtime", choices=("tf", "onnx"),
+                           help="TensorFlow (SavedModel) or ONNX Runtime (default: tf if found)")
+    translate.add_argument("--beam", type=int, help="beam size (default: the exported one)")
+    translate.add_argument("--batch-size", type=int, default=32)
+    translate.set_defaults(handler=_translate)
+    evaluate = commands.add_parser(
+        "evaluate", help="beam search on a split -> eval/SPLIT.hyp, eval/SPLIT.json "
+        "(sacrebleu BLEU and chrF)")
+    evaluate.add_argument("config", help="a pipeline YAML file or a builtin name (demo)")
+    evaluate.add_argument("--checkpoint", help="a checkpoint prefix (default: the averaged one)")
+    evaluate.add_argument("--split", choices=("dev", "test"), default="test")
+    evaluate.set_defaults(handler=_evaluate)
+    run = commands.add_parser(
+        "run", help="prepare -> train -> average -> evaluate -> export, skipping stages "
+        "that are up to date")
+    run.add_argument("config", help="a pipeline YAML file or a builtin name (demo)")
+    stage = run.add_mutually_exclusive_group()
+    stage.add_argument("--from", dest="start", choices=STAGE_NAMES,
+                       help="rerun this stage and every later one")
+    stage.add_argument("--only", choices=STAGE_NAMES, help="run this stage alone")
+    run.set_defaults(handler=_run)
+    visualize = commands.add_parser(
+        "visualize", help="attention heat maps (PNG) per layer and head for a sentence")
+    visualize.add_argument("model_dir", help="an export: runs/NAME/export or a SavedModel")
+    visualize.add_argument("sentence", help="the source sentence to translate and plot")
+    visualize.add_argument("--output", default="attention", help="directory of the PNG files")
+    visualize.set_defaults(handler=_visualize)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
@@ -37,4 +87,80 @@ def _prepare(args: argparse.Namespace) -> int:
     from pipelines.prepare import prepare
 
     print(prepare(load_config(args.config)).format())
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from pipelines.config import load_config
+    from pipelines.strategy import cluster_spec, exit_worker
+    from pipelines.train import TrainingDiverged, train
+
+    status = 0
+    try:
+        print(train(load_config(args.config)).format())
+    except TrainingDiverged as error:
+        print(f"keras-transformer train: error: {error}", file=sys.stderr)
+        status = 1
+    if cluster_spec():  # a multi-worker process: end it before interpreter exit can hang
+        exit_worker(status)
+    return status
+
+
+def _average(args: argparse.Namespace) -> int:
+    from pipelines.average import average
+    from pipelines.config import load_config
+
+    print(average(load_config(args.config)).format())
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from export.pipeline import export_run
+    from pipelines.config import load_config
+
+    formats = args.format.split(",") if args.format else None
+    print(export_run(load_config(args.config), formats, args.checkpoint).format())
+    return 0
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from export.lines import decode_line
+    from export.loading import open_translator
+
+    if (args.beam is not None and args.beam < 1) or args.batch_size < 1:
+        raise InputError("--beam and --batch-size must be positive")
+    if args.input != "-" and not Path(args.input).is_file():
+        raise InputError(f"{args.input}: no such file")
+    translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
+    stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
+    with stream:
+        lines = [decode_line(line).rstrip("\r\n") for line in stream]
+    output = translator.translate_lines(lines, batch_size=args.batch_size)
+    sys.stdout.buffer.write("".join(text + "\n" for text in output).encode("utf-8"))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from pipelines.config import load_config
+    from pipelines.evaluate import evaluate
+
+    print(evaluate(load_config(args.config), args.checkpoint, args.split).format())
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pipelines.config import load_config
+    from pipelines.run import report, run
+
+    config = load_config(args.config)
+    run(config, start=args.start, only=args.only)
+    print(report(config))
+    return 0
+
+
+def _visualize(args: argparse.Namespace) -> int:
+    from pipelines.visualize import visualize
+
+    for path in visualize(Path(args.model_dir), args.sentence, Path(args.output)):
+        print(path)
     return 0

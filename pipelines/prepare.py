@@ -6,15 +6,13 @@ or not at all; a bad corpus raises before anything is written.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import time
 from pathlib import Path
-from typing import IO, Iterable, Iterator
 
 from keras_transformer.tokenizer import Tokenizer, train_sentencepiece, vocabulary
 from pipelines.config import PipelineConfig
+from pipelines.files import atomic_open, write_lines_atomic
 from pipelines.data import length_stats, make_dataset, padding_efficiency
 from pipelines.sources import SPLITS, load_corpus
 
@@ -93,25 +91,3 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
                     (stats.tgt_tokens - 2 * stats.pairs) / stats.pairs),  # minus BOS, EOS
         padding_efficiency=padding_efficiency(batches), batch_tokens=data.batch_tokens,
         seconds=time.monotonic() - start)
-
-
-def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:
-    """Writes UTF-8 lines, each ended by '\\n', to `path`, whole or not at all."""
-    with atomic_open(path, "w") as file:
-        for line in lines:
-            file.write(line + "\n")
-
-
-@contextlib.contextmanager
-def atomic_open(path: Path, mode: str) -> Iterator[IO]:
-    """A file opened under a temporary name beside `path` (`mode` "w" for UTF-8 text or "wb"),
-    renamed into place when the block ends without an error, else deleted."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    text = {"encoding": "utf-8", "newline": "\n"} if "b" not in mode else {}
-    try:
-        with open(temp, mode, **text) as file:
-            yield file
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)

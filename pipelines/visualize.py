@@ -11,7 +11,7 @@ import tensorflow as tf
 from keras_transformer.decoding import greedy_search
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, vocabulary
-from pipelines.prepare import atomic_open
+from pipelines.files import atomic_open
 
 KINDS = ("encoder_self_attention", "decoder_self_attention", "encoder_decoder_attention")
 EXTRA_DECODE_LENGTH = 50  # the paper's maximum output length: input length + 50
@@ -91,3 +91,15 @@ def plot_attention(maps: AttentionMaps, output_dir: Path) -> list[Path]:
             pyplot.close(figure)
             written.append(path)
     return written
+
+
+def visualize(model_dir: Path, sentence: str, output_dir: Path) -> list[Path]:
+    """Heat maps for `sentence` from an export (runs/NAME/export, its saved_model/ or one
+    version), written to output_dir; returns the PNG paths."""
+    from export.loading import resolve_export
+    from export.saved_model import SavedModelTranslator
+
+    _, version_dir = resolve_export(model_dir, "tf")
+    translator = SavedModelTranslator(version_dir).rebuild()
+    maps = attention_maps(translator.model, Tokenizer(translator.spm_model_proto), sentence)
+    return plot_attention(maps, output_dir)

@@ -1,0 +1,29 @@
+"""Files that appear whole or not at all: written under a temporary name, then renamed."""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import IO, Iterable, Iterator
+
+
+def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:
+    """Writes UTF-8 lines, each ended by '\\n', to `path`, whole or not at all."""
+    with atomic_open(path, "w") as file:
+        for line in lines:
+            file.write(line + "\n")
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path, mode: str) -> Iterator[IO]:
+    """A file opened under a temporary name beside `path` (`mode` "w" for UTF-8 text or "wb"),
+    renamed into place when the block ends without an error, else deleted."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    text = {"encoding": "utf-8", "newline": "\n"} if "b" not in mode else {}
+    try:
+        with open(temp, mode, **text) as file:
+            yield file
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)

@@ -1,0 +1,139 @@
+"""`keras-transformer run` end to end on a tiny slice of the demo corpus (tiny preset), and the
+stage-skipping rules."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.cli import main
+from pipelines.config import load_config
+from pipelines.run import STAGE_NAMES, STAGES, report, run, stale_reason
+
+SLICE = {"train": 400, "dev": 12, "test": 12}
+
+
+@pytest.fixture(scope="module")
+def tiny_config(demo_run, tmp_path_factory) -> Path:
+    """A `files` corpus cut from the prepared demo corpus, and a config training the tiny
+    preset for 40 steps."""
+    root = tmp_path_factory.mktemp("tiny_run")
+    splits = {}
+    for split, count in SLICE.items():
+        for side in ("src", "tgt"):
+            lines = (demo_run.run_dir / "data" / f"{split}.{side}").read_text().splitlines()
+            (root / f"{split}.{side}").write_text("\n".join(lines[:count]) + "\n")
+        splits[split] = {"src": f"{split}.src", "tgt": f"{split}.tgt"}
+    config = {
+        "name": "tiny", "run_dir": str(root / "runs" / "tiny"),
+        "data": {"source": "files", **splits, "vocab_size": 400, "max_length": 64,
+                 "batch_tokens": 1024},
+        "model": {"preset": "tiny", "max_length": 128},
+        "train": {"steps": 40, "warmup_steps": 20, "checkpoint_every_steps": 10,
+                  "keep_checkpoints": 3, "average_last": 3, "validate_every_steps": 20,
+                  "bleu_every_steps": 40, "bleu_max_sentences": 12, "log_every_steps": 10},
+        "evaluate": {"beam_size": 2, "splits": ["dev", "test"]},
+    }
+    path = root / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def first_run(tiny_config):
+    config = load_config(tiny_config)
+    return config, run(config, echo=lambda text: None)
+
+
+def test_every_stage_writes_what_it_promises(first_run):
+    config, ran = first_run
+    assert ran == list(STAGE_NAMES)
+    run_path = config.run_path
+    for split in ("train", "dev", "test"):
+        for side in ("src", "tgt"):
+            lines = (run_path / "data" / f"{split}.{side}").read_text().splitlines()
+            assert len(lines) == SLICE[split]
+    assert (run_path / "vocab" / "spm.model").stat().st_size > 0
+    assert (run_path / "checkpoints" / "ckpt-40.index").exists()
+    assert list((run_path / "logs").rglob("events.out.tfevents.*"))
+    assert json.loads((run_path / "logs" / "train_summary.json").read_text())["step"] == 40
+    assert (run_path / "checkpoints" / "averaged" / "ckpt.index").exists()
+    for split in ("dev", "test"):
+        hypotheses = (run_path / "eval" / f"{split}.hyp").read_text().split("\n")[:-1]
+        assert len(hypotheses) == SLICE[split]
+        scores = json.loads((run_path / "eval" / f"{split}.json").read_text())
+        assert scores["sentences"] == SLICE[split] and 0 <= scores["bleu"] <= 100
+        assert "tok:13a" in scores["bleu_signature"] and scores["chrf"] >= 0
+    version = run_path / "export" / "saved_model" / "1"
+    assert (version / "saved_model.pb").exists()
+    assert (version / "assets.extra" / "tf_serving_warmup_requests").exists()
+    assert (run_path / "export" / "models.config").exists()
+    for name in ("model.onnx", "translator.onnx"):
+        assert (run_path / "export" / "onnx" / name).stat().st_size > 0
+    assert sorted(p.stem for p in (run_path / "stages").glob("*.json")) == sorted(STAGE_NAMES)
+
+
+def test_rerun_skips_every_stage_and_deleting_export_reruns_only_export(first_run):
+    config, _ = first_run
+    messages = []
+    assert run(config, echo=messages.append) == []
+    assert messages == [f"[{name}] up to date, skipped" for name in STAGE_NAMES]
+    shutil.rmtree(config.run_path / "export")
+    assert run(config, echo=lambda text: None) == ["export"]
+    assert (config.run_path / "export" / "saved_model" / "1" / "saved_model.pb").exists()
+
+
+def test_config_change_and_newer_inputs_make_a_stage_stale(first_run, tiny_config):
+    config, _ = first_run
+    evaluate = next(stage for stage in STAGES if stage.name == "evaluate")
+    assert stale_reason(config, evaluate) is None
+    changed = yaml.safe_load(tiny_config.read_text())
+    changed["evaluate"]["beam_size"] = 3
+    path = tiny_config.with_name("changed.yaml")
+    path.write_text(yaml.safe_dump(changed))
+    assert stale_reason(load_config(path), evaluate).startswith("config changed")
+    averaged = config.run_path / "checkpoints" / "averaged" / "ckpt.index"
+    averaged.touch()
+    assert stale_reason(config, evaluate) == "inputs are newer than outputs"
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda c: c["train"].update(stpes=10), "train.stpes"),
+    (lambda c: c["train"].update(steps="many"), "train.steps"),
+    (lambda c: c["data"]["train"].update(src="missing.src"), "missing.src"),
+])
+def test_bad_config_fails_before_any_work(tiny_config, edit, expected, capsys):
+    config = yaml.safe_load(tiny_config.read_text())
+    config["run_dir"] = str(tiny_config.parent / "runs" / "bad")
+    edit(config)
+    path = tiny_config.with_name("bad.yaml")
+    path.write_text(yaml.safe_dump(config))
+    assert main(["run", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert expected in error and ("bad.yaml" in error or "no such file" in error)
+    assert not (tiny_config.parent / "runs" / "bad").exists()
+
+
+def test_config_errors_need_no_tensorflow(tmp_path):
+    """Config checks run before TensorFlow is imported (which alone takes seconds)."""
+    code = ("import sys\nfrom pipelines.config import load_config\n"
+            f"try:\n    load_config({str(tmp_path / 'c.yaml')!r})\nexcept Exception as e:\n"
+            "    print(type(e).__name__, e)\nprint('tensorflow' in sys.modules)\n")
+    (tmp_path / "c.yaml").write_text("name: x\ndata: {source: bible:en-fr, vocab_sise: 10}\n")
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.splitlines()
+    assert output[0].startswith("ConfigError") and "data.vocab_sise" in output[0]
+    assert output[1] == "False"
+
+
+def test_report_shows_scores_speed_files_and_identical_runtime_translations(first_run):
+    config, _ = first_run
+    text = report(config).splitlines()
+    assert any(line.startswith("  test      BLEU") for line in text)
+    assert any("target tokens/s" in line for line in text)
+    by_runtime = {runtime: [line[12:] for line in text if line.startswith(f"  {runtime:<9} ")]
+                  for runtime in ("tf", "onnx")}
+    assert len(by_runtime["tf"]) == 3 and by_runtime["tf"] == by_runtime["onnx"]

@@ -11,7 +11,7 @@ import sacrebleu
 
 from pipelines import InputError
 from pipelines.config import PipelineConfig
-from pipelines.files import atomic_open, write_lines_atomic
+from pipelines.files import atomic_open, read_lines, write_lines_atomic
 
 SPLITS = ("dev", "test")
 
@@ -64,7 +64,7 @@ def evaluate(config: PipelineConfig, checkpoint: str | None = None,
     if split not in SPLITS:
         raise InputError(f"unknown split {split!r}; choose one of {list(SPLITS)}")
     run = config.run_path
-    sources, references = (_read_lines(run / "data" / f"{split}.{side}")
+    sources, references = (_split_lines(run / "data" / f"{split}.{side}")
                            for side in ("src", "tgt"))
     # Decoding runs in the training dtype policy: bfloat16 matmuls are several times faster
     # than float32 on CPUs with AMX and on GPUs.
@@ -92,8 +92,7 @@ def evaluate(config: PipelineConfig, checkpoint: str | None = None,
     return report
 
 
-def _read_lines(path: Path) -> list[str]:
+def _split_lines(path: Path) -> list[str]:
     if not path.exists():
         raise InputError(f"{path}: missing; run `keras-transformer prepare` first")
-    with open(path, encoding="utf-8") as file:
-        return [line.rstrip("\n") for line in file]
+    return read_lines(path)

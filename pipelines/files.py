@@ -1,7 +1,9 @@
-"""Files that appear whole or not at all: written under a temporary name, then renamed."""
+"""Text files read by line, and files written whole or not at all (a temporary name, then a
+rename)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from pathlib import Path
 from typing import IO, Iterable, Iterator
@@ -27,3 +29,9 @@ def atomic_open(path: Path, mode: str) -> Iterator[IO]:
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)
+
+
+def read_lines(path: str | Path, limit: int | None = None) -> list[str]:
+    """The first `limit` (default: all) UTF-8 lines of `path`, without their newlines."""
+    with open(path, encoding="utf-8") as file:
+        return [line.rstrip("\n") for line in itertools.islice(file, limit)]

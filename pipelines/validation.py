@@ -15,6 +15,7 @@ from keras_transformer.decoding import greedy_search
 from keras_transformer.losses import label_smoothed_cross_entropy
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from pipelines.files import read_lines
 
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32)
 EXTRA_DECODE_LENGTH = 50  # the paper's maximum output length: input length + 50
@@ -70,8 +71,8 @@ class DevBleu:
                  tgt_path: str | Path, max_sentences: int) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        sources = _read_lines(src_path, max_sentences)
-        self.references = _read_lines(tgt_path, max_sentences)
+        sources = read_lines(src_path, max_sentences)
+        self.references = read_lines(tgt_path, max_sentences)
         ids = tokenizer.tokenize(tf.constant(sources), add_eos=True)  # [n, (src_len)]
         lengths = ids.row_lengths().numpy()
         self.order = sorted(range(len(sources)), key=lambda i: lengths[i])  # similar lengths
@@ -106,8 +107,3 @@ class DevBleu:
         ids, _ = greedy_search(next_logits, cache, max_lengths, bos_id=BOS_ID, eos_id=EOS_ID,
                                pad_id=PAD_ID)
         return ids
-
-
-def _read_lines(path: str | Path, limit: int) -> list[str]:
-    with open(path, encoding="utf-8") as file:
-        return [line.rstrip("\n") for line, _ in zip(file, range(limit))]

@@ -109,7 +109,13 @@ class Transformer(keras.Model):
     def decode(self, target_ids: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor,
                training: bool | None = None) -> tf.Tensor:
         """Teacher forcing: [batch, tgt_time] -> float32 logits [batch, tgt_time, vocab]."""
-        return self._decode(target_ids, memory, memory_mask, training)[0]
+        return self.embedding.logits(self._decode(target_ids, memory, memory_mask, training)[0])
+
+    def features(self, inputs: dict[str, tf.Tensor], training: bool | None = None) -> tf.Tensor:
+        """Like `call`, but the final decoder states [batch, tgt_time, d_model] (compute dtype)
+        that `embedding.logits` projects; training fuses that projection with the loss."""
+        memory, memory_mask = self.encode(inputs["source_ids"], training=training)
+        return self._decode(inputs["target_ids"], memory, memory_mask, training)[0]
 
     def attention_weights(self, source_ids: tf.Tensor,
                           target_ids: tf.Tensor) -> dict[str, list[tf.Tensor]]:
@@ -148,7 +154,9 @@ class Transformer(keras.Model):
             x, layer_scores = layer(x, memory, attention_mask=mask, memory_mask=memory_mask,
                                     training=training, return_attention_scores=True)
             scores.append(layer_scores)
-        return self._logits(x), scores
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return x, scores
 
     def init_cache(self, memory: tf.Tensor, memory_mask: tf.Tensor) -> Cache:
         """The decoding cache for `memory` [batch, src_time, d_model]: every tensor in it has
@@ -167,12 +175,9 @@ class Transformer(keras.Model):
         for i, layer in enumerate(self.decoder_layers):
             x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"],
                                                      cache["memory_mask"])
-        return self._logits(x)[:, 0], new_cache
-
-    def _logits(self, x: tf.Tensor) -> tf.Tensor:
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.embedding.logits(x)  # [b, t, vocab] float32
+        return self.embedding.logits(x)[:, 0], new_cache  # [b, vocab] float32
 
     def get_config(self) -> dict:
         return {"name": self.name, "trainable": self.trainable,

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.losses import label_smoothed_cross_entropy
+from keras_transformer.losses import (label_smoothed_cross_entropy,
+                                      projected_label_smoothed_cross_entropy)
 
 
 def reference(labels, logits, eps):
@@ -48,3 +49,39 @@ def test_perfect_prediction_of_smoothed_target_scores_zero():
     q[0, 0, 3] = 0.925
     loss, _ = label_smoothed_cross_entropy(tf.constant([[3]]), tf.constant(np.log(q)), 0.1)
     assert abs(float(loss)) < 1e-5
+
+
+@pytest.mark.parametrize("chunk_elements", [7 * 3, 5 * 7, 10_000])  # 3 rows, 5 rows, all rows
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_projected_loss_matches_loss_on_logits(chunk_elements, eps):
+    rng = np.random.default_rng(0)
+    hidden = tf.constant(rng.normal(size=(3, 4, 6)).astype(np.float32))
+    table = tf.Variable(rng.normal(size=(7, 6)).astype(np.float32))
+    labels = tf.constant([[1, 4, 6, 0], [2, 3, 0, 0], [5, 5, 5, 1]])  # 9 real tokens
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(hidden)
+        logits = tf.matmul(hidden, table, transpose_b=True)
+        expected, expected_count = label_smoothed_cross_entropy(labels, logits, eps)
+        loss, count = projected_label_smoothed_cross_entropy(labels, hidden, table, eps,
+                                                             chunk_elements=chunk_elements)
+        scaled, expected_scaled = 3.0 * loss, 3.0 * expected  # an upstream gradient of 3
+    assert float(count) == float(expected_count) == 9
+    np.testing.assert_allclose(float(loss), float(expected), rtol=1e-5)
+    for got, want in zip(tape.gradient(scaled, [hidden, table]),
+                         tape.gradient(expected_scaled, [hidden, table])):
+        np.testing.assert_allclose(tf.convert_to_tensor(got), tf.convert_to_tensor(want),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_projected_loss_in_graph_and_bfloat16_hidden():
+    rng = np.random.default_rng(1)
+    hidden = tf.constant(rng.normal(size=(2, 3, 4)).astype(np.float32))
+    table = tf.constant(rng.normal(size=(9, 4)).astype(np.float32))
+    labels = tf.constant([[1, 2, 3], [4, 0, 0]])
+    expected, _ = label_smoothed_cross_entropy(labels, tf.matmul(hidden, table, transpose_b=True),
+                                               0.1)
+    compiled = tf.function(lambda h: projected_label_smoothed_cross_entropy(
+        labels, h, table, 0.1, chunk_elements=18)[0])
+    np.testing.assert_allclose(float(compiled(hidden)), float(expected), rtol=1e-5)
+    low = float(compiled(tf.cast(hidden, tf.bfloat16)))
+    np.testing.assert_allclose(low, float(expected), rtol=2e-2)

@@ -1,15 +1,17 @@
 """The shared subword vocabulary: SentencePiece training, and the in-graph tokenizer.
 
 One SentencePiece model file drives training, evaluation and the exported graphs. It is
-trained with identity normalization and byte fallback, so `detokenize(tokenize(text))` gives
-back any text whose whitespace is single spaces, with none leading or trailing (every corpus
-is cleaned so), character for character: no Unicode normalization, no unknown token.
+trained with identity normalization (but for one rule, see NORMALIZATION_RULES) and byte
+fallback, so `detokenize(tokenize(text))` gives back any text whose whitespace is single spaces,
+with none leading or trailing (every corpus is cleaned so), character for character: no Unicode
+normalization, no unknown token.
 Token ids: PAD_ID 0, UNK_ID 1, BOS_ID 2, EOS_ID 3.
 """
 from __future__ import annotations
 
 import io
 import os
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -20,6 +22,10 @@ import tensorflow_text as tf_text
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 VOCAB_TYPES = ("bpe", "unigram")
+# Identity normalization but for one rule, the noncharacter U+FFFF -> U+FFFD: a model without
+# any rule (normalization_rule_name "identity") has an empty charsmap, for which the
+# SentencePiece of tensorflow-text logs "precompiled_charsmap is empty" each time it loads.
+NORMALIZATION_RULES = "FFFF\tFFFD\n"
 
 
 def train_sentencepiece(files: Sequence[str | Path], *, vocab_size: int,
@@ -35,14 +41,18 @@ def train_sentencepiece(files: Sequence[str | Path], *, vocab_size: int,
         raise ValueError(f"model_type must be one of {VOCAB_TYPES}, got {model_type!r}")
     spm.set_random_generator_seed(seed)
     writer = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        input=[str(f) for f in files], model_writer=writer, vocab_size=vocab_size,
-        model_type=model_type, character_coverage=character_coverage,
-        input_sentence_size=max_sentences, shuffle_input_sentence=True, hard_vocab_limit=False,
-        byte_fallback=True, normalization_rule_name="identity",
-        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-        num_threads=os.cpu_count() or 1, minloglevel=2)
+    with tempfile.NamedTemporaryFile("w", suffix=".tsv") as rules:
+        rules.write(NORMALIZATION_RULES)
+        rules.flush()
+        spm.SentencePieceTrainer.train(
+            input=[str(f) for f in files], model_writer=writer, vocab_size=vocab_size,
+            model_type=model_type, character_coverage=character_coverage,
+            input_sentence_size=max_sentences, shuffle_input_sentence=True,
+            hard_vocab_limit=False, byte_fallback=True, normalization_rule_tsv=rules.name,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            num_threads=os.cpu_count() or 1, minloglevel=2)
     model = model_pb2.ModelProto.FromString(writer.getvalue())
+    model.normalizer_spec.ClearField("normalization_rule_tsv")
     model.trainer_spec.ClearField("input")
     model.trainer_spec.ClearField("model_prefix")
     model.trainer_spec.ClearField("num_threads")
@@ -84,11 +94,15 @@ class Tokenizer(tf.Module):
                  add_eos: bool = False) -> tf.RaggedTensor:
         """Strings [batch] -> int32 ids [batch, (time)], optionally framed by BOS / EOS."""
         ids = self._sentencepiece().tokenize(text)  # [batch, (time)]
+        if not (add_bos or add_eos):
+            return ids
+        # Framed densely, padded with EOS (a row's first pad is its EOS): a ragged concat on
+        # axis 1 transposes int64 row indices, which oneDNN's graph rewrite logs as an error.
         batch = tf.shape(text)[0]
-        bos = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], BOS_ID))  # [batch, 1]
-        eos = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], EOS_ID))  # [batch, 1]
-        parts = [bos] * add_bos + [ids] + [eos] * add_eos
-        return tf.concat(parts, axis=1) if len(parts) > 1 else ids
+        parts = ([tf.fill([batch, 1], BOS_ID)] * add_bos + [ids.to_tensor(EOS_ID)]
+                 + [tf.fill([batch, 1], EOS_ID)] * add_eos)  # [batch, 1 | time]
+        lengths = ids.row_lengths() + int(add_bos) + int(add_eos)  # [batch]
+        return tf.RaggedTensor.from_tensor(tf.concat(parts, axis=1), lengths=lengths)
 
     def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
         """Ids [batch, time] -> strings [batch]: stops at each row's first EOS and skips

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Sequence
 
 from pipelines import InputError
+from pipelines.config import load_config
 from pipelines.run import STAGE_NAMES
+from pipelines.startup import import_tensorflow_quietly
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
+        if getattr(args, "config", None):
+            load_config(args.config)  # config errors come before TensorFlow's start-up
+        if args.command != "translate":  # which may run on ONNX Runtime, without TensorFlow
+            import_tensorflow_quietly()
         return args.handler(args)
     except InputError as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
@@ -83,7 +89,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from pipelines.config import load_config
     from pipelines.prepare import prepare
 
     print(prepare(load_config(args.config)).format())
@@ -91,7 +96,6 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pipelines.config import load_config
     from pipelines.strategy import cluster_spec, exit_worker
     from pipelines.train import TrainingDiverged, train
 
@@ -108,7 +112,6 @@ def _train(args: argparse.Namespace) -> int:
 
 def _average(args: argparse.Namespace) -> int:
     from pipelines.average import average
-    from pipelines.config import load_config
 
     print(average(load_config(args.config)).format())
     return 0
@@ -116,7 +119,6 @@ def _average(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from export.pipeline import export_run
-    from pipelines.config import load_config
 
     formats = args.format.split(",") if args.format else None
     print(export_run(load_config(args.config), formats, args.checkpoint).format())
@@ -125,12 +127,14 @@ def _export(args: argparse.Namespace) -> int:
 
 def _translate(args: argparse.Namespace) -> int:
     from export.lines import decode_line
-    from export.loading import open_translator
+    from export.loading import open_translator, resolve_export
 
     if (args.beam is not None and args.beam < 1) or args.batch_size < 1:
         raise InputError("--beam and --batch-size must be positive")
     if args.input != "-" and not Path(args.input).is_file():
         raise InputError(f"{args.input}: no such file")
+    if resolve_export(Path(args.model_dir), args.runtime)[0] == "tf":
+        import_tensorflow_quietly()
     translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
     stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     with stream:
@@ -141,7 +145,6 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from pipelines.config import load_config
     from pipelines.evaluate import evaluate
 
     print(evaluate(load_config(args.config), args.checkpoint, args.split).format())
@@ -149,7 +152,6 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipelines.config import load_config
     from pipelines.run import report, run
 
     config = load_config(args.config)

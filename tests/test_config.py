@@ -117,3 +117,22 @@ def test_a_new_section_is_one_dataclass_and_one_field(tmp_path):
     with pytest.raises(ConfigError, match=rf"^{path}:3: model: dropout must be in"):
         load_yaml(write(tmp_path, "name: d\ndata: {source: bible:en-de}\nmodel:\n"
                                   "  dropout: 2\n"), ExtendedConfig)
+
+
+def test_model_dtype_defaults_to_auto_resolved_for_the_machine(tmp_path, monkeypatch):
+    from keras_transformer import precision
+
+    model = load_config(write(tmp_path, "name: d\ndata: {source: bible:en-fr}\n")).model
+    assert model.dtype == "auto" and load_config("demo").model.dtype == "auto"
+    assert load_config(write(tmp_path, "name: d\ndata: {source: bible:en-fr}\n"
+                                       "model: {dtype: auto}\n")).model == model
+    bf16_cpu = frozenset({"avx512f", "avx512_bf16"})
+    monkeypatch.setattr(precision, "detect", lambda: precision.Hardware(bf16_cpu, None, []))
+    assert model.resolved_dtype() == (
+        "mixed_bfloat16", "mixed_bfloat16: the CPU has avx512_bf16 and oneDNN may use it")
+    monkeypatch.setattr(precision, "detect", lambda: precision.Hardware(bf16_cpu, "AVX2", []))
+    assert model.resolved_dtype()[0] == "float32"
+    explicit = dataclasses.replace(model, dtype="mixed_bfloat16")
+    with pytest.raises(ConfigError, match=r"^model\.dtype: mixed_bfloat16 would abort .*"
+                                          r"ONEDNN_MAX_CPU_ISA=AVX2 .*`auto` or float32"):
+        explicit.resolved_dtype()

@@ -2,6 +2,7 @@
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
+from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 from keras_transformer.tokenizer import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer,
                                          train_sentencepiece, vocabulary)
@@ -52,6 +53,19 @@ def test_tokenize_matches_sentencepiece_and_frames_with_bos_eos(model_proto):
     framed = tokenizer.tokenize(text, add_bos=True, add_eos=True).to_list()
     assert framed == [[BOS_ID] + row + [EOS_ID] for row in expected]
     assert tokenizer.tokenize(text, add_eos=True).to_list() == [row + [EOS_ID] for row in expected]
+    ragged = tokenizer.tokenize(tf.constant(["", "The cat sings."]), add_bos=True)
+    assert ragged.to_list() == [[BOS_ID], [BOS_ID] + expected[0]]
+
+
+def test_normalization_is_identity_but_for_the_noncharacter_u_ffff(model_proto):
+    spec = model_pb2.ModelProto.FromString(model_proto).normalizer_spec
+    # A charsmap, so that tensorflow-text logs no "precompiled_charsmap is empty"; the rules
+    # file is not recorded (a temporary path).
+    assert spec.precompiled_charsmap and not spec.normalization_rule_tsv
+    tokenizer = Tokenizer(model_proto)
+    texts = ["\ufb01ne \u2460 \u212b", "a\uffffb"]  # NFKC would give "fine 1 \u00c5"
+    decoded = tokenizer.detokenize(tokenizer.tokenize(tf.constant(texts))).numpy().tolist()
+    assert decoded == [texts[0].encode(), "a\ufffdb".encode()]
 
 
 def test_detokenize_is_lossless_on_clean_text(model_proto):

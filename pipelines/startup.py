@@ -1,0 +1,68 @@
+"""TensorFlow's start-up for the CLI, without the log lines TF_CPP_MIN_LOG_LEVEL fails to hide.
+
+TensorFlow logs through absl, which writes whatever is logged before absl::InitializeLog() to
+stderr regardless of TF_CPP_MIN_LOG_LEVEL: importing TensorFlow prints INFO lines ("oneDNN
+custom operations are on", "Could not find cuda drivers"), and listing the devices on a machine
+without an NVIDIA GPU an ERROR "failed call to cuInit" (CUDA_VISIBLE_DEVICES="" or -1 does not
+prevent it). `import_tensorflow_quietly` does both with stderr captured, then writes back all
+but those lines: absl lines below TF_CPP_MIN_LOG_LEVEL, absl's notice about them, and the cuInit
+error where the machine has no NVIDIA device. Later warnings and errors are untouched.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator
+
+ABSL_LINE = re.compile(rb"([IWEF])\d{4} [\d:.]+ +\d+ [^\]]*\] ")  # I0000 00:00:17.5  42 a.cc:1]
+SEVERITIES = b"IWEF"  # INFO, WARNING, ERROR, FATAL: TF_CPP_MIN_LOG_LEVEL 0 to 3
+ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called"
+CUINIT_FAILED = re.compile(rb"\] failed call to cuInit")
+
+
+def import_tensorflow_quietly() -> None:
+    """Imports TensorFlow and lists its devices with the start-up noise above filtered out."""
+    try:
+        min_level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    except ValueError:
+        min_level = 0
+    nvidia = Path("/proc/driver/nvidia").exists() or Path("/dev/nvidia0").exists()
+    with filtered_stderr(lambda line: is_noise(line, min_level, nvidia)):
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+
+
+def is_noise(line: bytes, min_level: int, nvidia_gpu: bool) -> bool:
+    """Whether a stderr line of TensorFlow's start-up is to be dropped (see the docstring)."""
+    if line.startswith(ABSL_NOTICE):
+        return min_level > 0
+    match = ABSL_LINE.match(line)
+    if match is None:
+        return False
+    if SEVERITIES.index(match[1]) < min_level:
+        return True
+    return not nvidia_gpu and CUINIT_FAILED.search(line) is not None
+
+
+@contextlib.contextmanager
+def filtered_stderr(drop: Callable[[bytes], bool]) -> Iterator[None]:
+    """Captures file descriptor 2 (native code's and Python's stderr) during the block, then
+    writes back the captured lines but those `drop` returns True for."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            with open(2, "wb", closefd=False) as stderr:
+                stderr.writelines(line for line in capture if not drop(line))

@@ -13,12 +13,14 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     Args:
         d_model: the model width.
-        warmup_steps: linear warm-up length (4000 in the paper).
-        scale: a multiplier on the whole schedule (1 in the paper).
+        warmup_steps: linear warm-up length (4000 in the paper); a variable lets a trainer
+            set it once it knows how many steps a time budget allows.
+        scale: a multiplier on the whole schedule (1 in the paper); also a variable or a float.
     """
 
-    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0) -> None:
-        if warmup_steps <= 0:
+    def __init__(self, d_model: int, warmup_steps: int | tf.Variable = 4000,
+                 scale: float | tf.Variable = 1.0) -> None:
+        if float(warmup_steps) <= 0:
             raise ValueError(f"warmup_steps must be positive, got {warmup_steps!r}")
         self.d_model = d_model
         self.warmup_steps = warmup_steps
@@ -26,14 +28,17 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step: tf.Tensor) -> tf.Tensor:
         step_num = tf.cast(step, tf.float32) + 1.0
-        decay = tf.minimum(tf.math.rsqrt(step_num), step_num * self.warmup_steps ** -1.5)
-        return self.scale * self.d_model ** -0.5 * decay
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        decay = tf.minimum(tf.math.rsqrt(step_num), step_num * warmup ** -1.5)
+        return tf.cast(self.scale, tf.float32) * self.d_model ** -0.5 * decay
 
     def get_config(self) -> dict:
-        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+        return {"d_model": self.d_model, "warmup_steps": float(self.warmup_steps),
+                "scale": float(self.scale)}
 
 
-def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0,
+def paper_optimizer(d_model: int, warmup_steps: int | tf.Variable = 4000,
+                    scale: float | tf.Variable = 1.0,
                     **kwargs) -> keras.optimizers.Adam:
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the schedule of eq. 3."""
     return keras.optimizers.Adam(TransformerSchedule(d_model, warmup_steps, scale),

@@ -24,6 +24,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from keras_transformer.precision import resolve_dtype
 from pipelines import InputError
 from pipelines.sources import check_source_spec
 
@@ -119,14 +120,15 @@ class DataConfig:
 @dataclasses.dataclass(frozen=True)
 class ModelSection:
     """The `model` section: a preset of keras_transformer.config (tiny, small, base, big), any of
-    its fields overridden (None keeps the preset's value), and the Keras dtype policy.
+    its fields overridden (None keeps the preset's value), and the Keras dtype policy (`auto`:
+    chosen for the machine each stage runs on, see `resolved_dtype`).
 
     The vocabulary size comes from the run's SentencePiece model. The full check of the
     merged fields (e.g. d_model divisible by num_heads) runs when the model is built.
     """
 
     preset: Literal["tiny", "small", "base", "big"] = "base"
-    dtype: Literal["float32", "mixed_bfloat16", "mixed_float16"] = "float32"
+    dtype: Literal["auto", "float32", "mixed_bfloat16", "mixed_float16"] = "auto"
     num_encoder_layers: int | None = None
     num_decoder_layers: int | None = None
     d_model: int | None = None
@@ -160,16 +162,32 @@ class ModelSection:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
                 if field.name not in ("preset", "dtype") and getattr(self, field.name) is not None}
 
+    def resolved_dtype(self) -> tuple[str, str]:
+        """(the Keras dtype policy on this machine, why): `auto` resolved and an explicit policy
+        checked by keras_transformer.precision.resolve_dtype.
+
+        Raises:
+            ConfigError: mixed_bfloat16 where ONEDNN_MAX_CPU_ISA would make oneDNN abort.
+        """
+        try:
+            return resolve_dtype(self.dtype)
+        except ValueError as error:
+            raise ConfigError(f"model.dtype: {error}") from None
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """The `train` section: the paper's recipe (section 5.3) and the run's bookkeeping.
 
     An update sums `accumulate_steps` batches of `data.batch_tokens`; the loss is divided by
-    the real target tokens of all of them. Intervals set to 0 are off.
+    the real target tokens of all of them. Intervals set to 0 are off. Training ends at `steps`
+    or at `max_minutes`, whichever comes first.
     """
 
     steps: int = 100_000  # updates; the paper trains the base model 100k steps, big 300k
+    # A wall-clock budget for the stage (0: none); it compresses the recipe to fit (see
+    # pipelines/budget.py) and ends training with a checkpoint when time is up.
+    max_minutes: float = 0.0
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0  # multiplies the learning rate of eq. 3
     accumulate_steps: int = 1
@@ -195,6 +213,9 @@ class TrainConfig:
         if self.learning_rate_scale <= 0:
             raise FieldError("learning_rate_scale",
                              f"must be positive, got {self.learning_rate_scale!r}")
+        if self.max_minutes < 0:
+            raise FieldError("max_minutes", f"must be at least 0 (0: no budget), "
+                             f"got {self.max_minutes!r}")
         if self.checkpoint_every_minutes < 0:
             raise FieldError("checkpoint_every_minutes",
                              f"must be at least 0, got {self.checkpoint_every_minutes!r}")

@@ -157,8 +157,10 @@ def report(config: PipelineConfig, examples: int = 3) -> str:
     summary_path = run_path / "logs" / "train_summary.json"
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
+        budget = (f", ended by its {summary['budget_minutes']:g}-minute budget"
+                  if summary.get("ended_by") == "budget" else "")
         lines.append(f"  training  {summary['tokens_per_second']:,.0f} target tokens/s, "
-                     f"{summary['step']:,} steps in {summary['seconds'] / 60:.1f} min")
+                     f"{summary['step']:,} steps in {summary['seconds'] / 60:.1f} min{budget}")
     export_dir = run_path / "export"
     if not export_dir.exists():
         return "\n".join(lines)

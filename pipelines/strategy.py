@@ -53,10 +53,16 @@ def task_id(strategy: tf.distribute.Strategy) -> str:
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
     """True when `flag` is true in any worker: decisions taken from a worker's own clock
     (a checkpoint every N minutes) must agree, or the workers' collectives would diverge."""
+    return mean_over_workers(strategy, float(flag)) > 0
+
+
+def mean_over_workers(strategy: tf.distribute.Strategy, value: float) -> float:
+    """The mean of a per-worker measurement over all workers (`value` itself on one machine),
+    so that decisions taken from it agree everywhere."""
     if not is_multi_worker(strategy):
-        return flag
-    votes = strategy.run(lambda: tf.constant(float(flag)))
-    return bool(strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None) > 0)
+        return value
+    values = strategy.run(lambda: tf.constant(value, tf.float32))
+    return float(strategy.reduce(tf.distribute.ReduceOp.MEAN, values, axis=None))
 
 
 def exit_worker(status: int) -> None:

@@ -86,7 +86,8 @@ def write_run(directory: Path, translator: Translator) -> Path:
     config = {"name": "tiny", "run_dir": str(run),
               "data": {"source": "files", "train": train_split, "max_length": 40,
                        "batch_tokens": 320},
-              "model": {"preset": "tiny", "dropout": 0.0, "max_length": MAX_LENGTH}}
+              "model": {"preset": "tiny", "dropout": 0.0, "max_length": MAX_LENGTH,
+                        "dtype": "float32"}}
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -31,7 +31,7 @@ def tiny_config(demo_run, tmp_path_factory) -> Path:
         "name": "tiny", "run_dir": str(root / "runs" / "tiny"),
         "data": {"source": "files", **splits, "vocab_size": 400, "max_length": 64,
                  "batch_tokens": 1024},
-        "model": {"preset": "tiny", "max_length": 128},
+        "model": {"preset": "tiny", "max_length": 128, "dtype": "float32"},
         "train": {"steps": 40, "warmup_steps": 20, "checkpoint_every_steps": 10,
                   "keep_checkpoints": 3, "average_last": 3, "validate_every_steps": 20,
                   "bleu_every_steps": 40, "bleu_max_sentences": 12, "log_every_steps": 10},

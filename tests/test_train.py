@@ -130,6 +130,8 @@ def test_one_trace_over_batches_of_20_shapes_in_mixed_bfloat16(tmp_path: Path) -
     summary = run.run()
     assert run.trainer.train_step.experimental_get_tracing_count() == 1
     assert run.trainer.model.compute_dtype == "bfloat16"
+    assert summary.dtype == "mixed_bfloat16" and "dtype     mixed_bfloat16: as configured" in \
+        summary.format()
     assert summary.step == 12 and np.isfinite(summary.loss)
     assert summary.dev_loss is not None and np.isfinite(summary.dev_loss)
     assert summary.dev_bleu is not None and 0 <= summary.dev_bleu <= 100
@@ -161,7 +163,7 @@ def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(tmp_path: Pat
 def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
     assert set(typing.get_args(typing.get_type_hints(ModelSection)["preset"])) == set(PRESETS)
     demo = load_config("demo")
-    assert demo.model.preset == "small" and demo.model.dtype == "mixed_bfloat16"
+    assert demo.model.preset == "small" and demo.model.dtype == "auto"
     config = make_tiny_run(tmp_path)
     text = config.read_text()
     for line, bad_line in (("  steps: 20", "  steps: 0"), ("  dropout: 0.0", "  dropout: 1.5"),
@@ -174,3 +176,37 @@ def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
     config.write_text(text.replace("preset: tiny", "preset: tiny\n  d_model: 30"))
     with pytest.raises(ConfigError, match="divisible"):
         build_model(load_config(config), vocab_size=100)
+
+
+def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_clock(
+        tmp_path: Path) -> None:
+    config = load_config(make_tiny_run(tmp_path, train={
+        "steps": 100_000, "warmup_steps": 4000, "max_minutes": 0.5,
+        "checkpoint_every_steps": 1000}))
+    summary = TrainingRun(config).run()
+    assert summary.ended_by == "budget" and 0 < summary.step < summary.planned_steps * 1.1
+    # The recipe was compressed to fit: warm-up and checkpoints at the configured fractions.
+    assert summary.planned_steps < 100_000
+    ratio = summary.planned_steps / 100_000
+    assert summary.warmup_steps == max(1, round(4000 * ratio))
+    assert 0.4 * 60 < summary.seconds <= 0.5 * 60 + 5
+    assert checkpoint_step(training_checkpoints(config.run_path)[-1]) == summary.step
+    # The run goes on from the budget's last checkpoint: average, evaluate and export.
+    from export.pipeline import export_run
+    from pipelines.average import average
+    from pipelines.evaluate import evaluate
+
+    averaged = average(config)
+    assert checkpoint_step(averaged.checkpoints[-1]) == summary.step
+    assert evaluate(config, split="dev").sentences == 40
+    assert (export_run(config, ["saved_model"]).saved_model / "saved_model.pb").exists()
+    # Resuming with the budget spent does no update and keeps the clock and the plan.
+    again = TrainingRun(config).run()
+    assert again.start_step == again.step == summary.step and again.ended_by == "budget"
+    assert again.seconds >= summary.seconds and again.planned_steps == summary.planned_steps
+    # More budget: training goes on from the checkpoint, with the time already spent counted.
+    longer = dataclasses.replace(config, train=dataclasses.replace(config.train,
+                                                                   max_minutes=0.75))
+    resumed = TrainingRun(longer).run()
+    assert resumed.start_step == summary.step < resumed.step
+    assert resumed.seconds <= 0.75 * 60 + 5 and resumed.ended_by == "budget"

@@ -1,0 +1,49 @@
+"""The progress line: refreshed on a terminal, periodic lines in a file."""
+import io
+import time
+
+from pipelines import progress
+from pipelines.progress import Progress
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_line_is_redrawn_while_an_update_runs(monkeypatch):
+    monkeypatch.setattr(progress, "TICK_SECONDS", 0.05)
+    stream = Terminal()
+    line = Progress(100, stream=stream, budget_seconds=3600)
+    line.begin(1)
+    line.update(2, {"loss": "4.1000", "tok/s": "600"})
+    drawn = stream.getvalue().count("\r")
+    time.sleep(0.5)  # a long update: no new step, the clock keeps moving
+    assert stream.getvalue().count("\r") >= drawn + 3
+    line.close()
+    text = stream.getvalue()
+    assert "step 2/100 (2%) | loss 4.1000 | tok/s 600 | elapsed 0:00:0" in text
+    assert text.endswith("\n")
+
+
+def test_a_file_gets_logging_steps_and_a_line_at_least_every_log_seconds(monkeypatch):
+    stream = io.StringIO()
+    line = Progress(10, stream=stream)
+    line.update(1, {"loss": "5.0"})
+    line.update(2, {"loss": "4.0"}, log=True)
+    assert stream.getvalue().splitlines()[0].startswith("step 2/10 (20%) | loss 4.0")
+    monkeypatch.setattr(progress, "LOG_SECONDS", 0.0)
+    line.update(3, {"loss": "3.0"})
+    assert len(stream.getvalue().splitlines()) == 2
+
+
+def test_eta_is_the_sooner_of_the_steps_and_the_budget():
+    stream = io.StringIO()
+    line = Progress(1000, stream=stream, elapsed=lambda: 100.0, budget_seconds=160.0)
+    line._start = (time.monotonic() - 10.0, 1)  # 10 s for 10 steps: 990 s to go at that rate
+    line.update(11, {}, log=True)
+    assert stream.getvalue().rstrip().endswith("ETA 0:01:00 (budget)")
+    unbounded = Progress(1000, stream=io.StringIO())
+    unbounded._start = (time.monotonic() - 10.0, 1)
+    unbounded.update(11, {}, log=True)
+    assert "ETA 0:16:" in unbounded.stream.getvalue() and "budget" not in unbounded.stream.getvalue()

@@ -22,7 +22,7 @@ def test_builtin_demo_loads():
     assert config.run_path == Path("runs/demo")
     assert config.data.source == "bible:en-fr"
     assert (config.data.vocab_type, config.data.max_length, config.data.batch_tokens) == \
-        ("bpe", 128, 4096)
+        ("bpe", 128, 2048)
 
 
 def test_files_source_paths_resolve_against_the_config_file(tmp_path):

@@ -185,10 +185,11 @@ def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_cl
         "checkpoint_every_steps": 1000}))
     summary = TrainingRun(config).run()
     assert summary.ended_by == "budget" and 0 < summary.step < summary.planned_steps * 1.1
-    # The recipe was compressed to fit: warm-up and checkpoints at the configured fractions.
-    assert summary.planned_steps < 100_000
-    ratio = summary.planned_steps / 100_000
-    assert summary.warmup_steps == max(1, round(4000 * ratio))
+    # The recipe was compressed in time to fit: warm-up x r and learning rate x sqrt(r) (the
+    # first plan's r; later plans adjust the steps only), and the run left warm-up.
+    assert summary.planned_steps < 100_000 and summary.warmup_steps < summary.step
+    first_ratio = summary.warmup_steps / 4000
+    assert summary.learning_rate_scale == pytest.approx(first_ratio ** 0.5, rel=0.1)
     assert 0.4 * 60 < summary.seconds <= 0.5 * 60 + 5
     assert checkpoint_step(training_checkpoints(config.run_path)[-1]) == summary.step
     # The run goes on from the budget's last checkpoint: average, evaluate and export.

@@ -11,10 +11,10 @@ BLEU intervals are scaled by r and the learning rate by sqrt(r). Eq. 3 then give
 the rate the configured run has at step s / r: the same curve and peak in fewer steps, leaving
 warm-up at the same fraction of the run (never left in it); the last `average_last`
 checkpoints cover the same final share of it. (Shortening the warm-up alone would raise the
-peak rate by 1 / sqrt(r), which stalls short runs.) After warm-up the steps and intervals are
-planned again at every checkpoint, from the wall-clock time per step since the first plan
-(validation and saving included) and keeping the time the final validation took; the
-learning-rate curve stays as planned. The plan is saved with the checkpoints: a
+peak rate by 1 / sqrt(r), which stalls short runs.) After warm-up the steps are planned again
+at every checkpoint, from the wall-clock time per step since the first plan (validation and
+saving included) and keeping the time the final validation took; the learning-rate curve and
+the intervals stay as first planned. The plan is saved with the checkpoints: a
 resumed run keeps it, or plans anew when `max_minutes` changed (a warm-up already passed keeps
 its curve).
 Training also stops, with a checkpoint, when the next update and the final validation would
@@ -83,6 +83,8 @@ class TrainingClock(tf.Module):
         self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)  # at the last save
         self.planned_steps = tf.Variable(0, dtype=tf.int64, trainable=False)  # 0: no plan
         self.planned_budget = tf.Variable(0.0, dtype=tf.float64, trainable=False)  # seconds
+        # The steps the schedule and the intervals were compressed to (the first plan's).
+        self.schedule_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
         # The learning-rate schedule reads these, so that a plan can compress it.
         self.warmup_steps = tf.Variable(float(train.warmup_steps), trainable=False)
         self.learning_rate_scale = tf.Variable(train.learning_rate_scale, trainable=False)
@@ -112,13 +114,12 @@ class TrainingClock(tf.Module):
 
     def recipe(self, train: TrainConfig) -> Recipe:
         """The configured recipe, compressed to the plan if there is one."""
-        return self._with_schedule(
-            Recipe.compress(train, int(self.planned_steps.numpy()) or train.steps))
-
-    def _with_schedule(self, recipe: Recipe) -> Recipe:
-        """`recipe` with the learning-rate schedule in force (saved in the variables)."""
+        if not self.planned:
+            return Recipe.compress(train, train.steps)
+        recipe = Recipe.compress(train, int(self.schedule_steps.numpy()))
         return dataclasses.replace(
-            recipe, warmup_steps=round(float(self.warmup_steps.numpy())),
+            recipe, steps=int(self.planned_steps.numpy()),
+            warmup_steps=round(float(self.warmup_steps.numpy())),
             learning_rate_scale=float(self.learning_rate_scale.numpy()))
 
     def calibrated(self, timed_updates: int) -> bool:
@@ -134,9 +135,11 @@ class TrainingClock(tf.Module):
         returns the recipe to follow. Past warm-up, the learning-rate schedule stays."""
         fit = steps_that_fit(step, self.seconds_left() - reserve, seconds_per_update)
         recipe = Recipe.compress(train, fit)
-        self.planned_steps.assign(recipe.steps)
-        self.planned_budget.assign(self.budget_seconds)
-        if step < float(self.warmup_steps.numpy()):  # a warm-up already passed stays
+        first = int(self.schedule_steps.numpy()) == 0
+        if first or step < float(self.warmup_steps.numpy()):  # a warm-up passed stays
+            self.schedule_steps.assign(recipe.steps)
             self.warmup_steps.assign(float(recipe.warmup_steps))
             self.learning_rate_scale.assign(recipe.learning_rate_scale)
-        return self._with_schedule(recipe)
+        self.planned_steps.assign(recipe.steps)
+        self.planned_budget.assign(self.budget_seconds)
+        return self.recipe(train)

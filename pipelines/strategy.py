@@ -65,6 +65,16 @@ def mean_over_workers(strategy: tf.distribute.Strategy, value: float) -> float:
     return float(strategy.reduce(tf.distribute.ReduceOp.MEAN, values, axis=None))
 
 
+def chief_value(strategy: tf.distribute.Strategy, value: float) -> float:
+    """The chief's `value` on every worker (what only the chief measures, such as the time its
+    validation takes), so that decisions taken from it agree everywhere."""
+    if not is_multi_worker(strategy):
+        return value
+    share = value / len(strategy.extended.worker_devices) if is_chief(strategy) else 0.0
+    values = strategy.run(lambda: tf.constant(share, tf.float32))
+    return float(strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None))
+
+
 def exit_worker(status: int) -> None:
     """Ends a multi-worker process at once once its outputs are saved: its collective
     runtime can otherwise hang at interpreter exit for up to a minute."""

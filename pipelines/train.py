@@ -48,8 +48,8 @@ from pipelines.checkpoints import (checkpoint_dir, checkpoint_step, make_manager
 from pipelines.config import ConfigError, PipelineConfig
 from pipelines.data import make_dataset
 from pipelines.progress import Progress
-from pipelines.strategy import (any_worker, is_chief, is_multi_worker, make_strategy,
-                                mean_over_workers, task_id)
+from pipelines.strategy import (any_worker, chief_value, is_chief, is_multi_worker,
+                                make_strategy, mean_over_workers, task_id)
 from pipelines.validation import DevBleu, DevLoss
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
@@ -359,7 +359,7 @@ class TrainingRun:
             return
         seconds_per_step = mean_over_workers(
             self.strategy, (self.clock.elapsed() - since) / (step - planned_step))
-        reserve = self.validator.seconds if self.validator else 0.0
+        reserve = chief_value(self.strategy, self.validator.seconds if self.validator else 0.0)
         self.recipe = self.clock.plan(self.settings, step, seconds_per_step, reserve)
         self.progress.total = self.recipe.steps
 

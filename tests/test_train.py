@@ -56,8 +56,10 @@ def _free_port() -> int:
 
 
 def test_two_workers_finish_with_identical_weights_and_exit(tmp_path: Path) -> None:
-    # checkpoint_every_minutes makes the workers agree on time-based saves at every step.
-    config = make_tiny_run(tmp_path, train={"checkpoint_every_minutes": 10.0})
+    # checkpoint_every_minutes makes the workers agree on time-based saves at every step, and
+    # a budget on its plan (made from every worker's update times and the chief's validation).
+    config = make_tiny_run(tmp_path, train={"checkpoint_every_minutes": 10.0,
+                                            "max_minutes": 5.0})
     workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
     processes = []
     try:

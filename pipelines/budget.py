@@ -14,11 +14,10 @@ checkpoints cover the same final share of it. (Shortening the warm-up alone woul
 peak rate by 1 / sqrt(r), which stalls short runs.) After warm-up the steps are planned again
 at every checkpoint, from the wall-clock time per step since the first plan (validation and
 saving included) and keeping the time the final validation took; the learning-rate curve and
-the intervals stay as first planned. The plan is saved with the checkpoints: a
-resumed run keeps it, or plans anew when `max_minutes` changed (a warm-up already passed keeps
-its curve).
+the intervals stay as first planned. The plan is saved with the checkpoints: a resumed run
+keeps it, or plans anew when `max_minutes` changed (a warm-up already passed keeps its curve).
 Training also stops, with a checkpoint, when the next update and the final validation would
-overrun the budget (the prediction leaves validation out).
+overrun the budget (the first plan cannot know what validation costs).
 
 Example:
     clock = TrainingClock(config.train)       # saved in checkpoints as `clock`

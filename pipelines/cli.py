@@ -166,3 +166,7 @@ def _visualize(args: argparse.Namespace) -> int:
     for path in visualize(Path(args.model_dir), args.sentence, Path(args.output)):
         print(path)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,6 +26,7 @@ import yaml
 
 from keras_transformer.precision import resolve_dtype
 from pipelines import InputError
+from pipelines.shards import MAX_SHARDS
 from pipelines.sources import check_source_spec
 
 BUILTIN_CONFIGS = Path(__file__).with_name("configs")  # package data: pipelines/configs/*.yaml
@@ -83,10 +84,11 @@ class DataConfig:
     vocab_size: int = 8000  # shared SentencePiece pieces (an upper bound on small corpora)
     vocab_type: Literal["bpe", "unigram"] = "bpe"
     character_coverage: float = 1.0  # rarer characters fall back to byte pieces
-    vocab_max_sentences: int = 2_000_000  # train lines sampled to learn the vocabulary
+    vocab_max_sentences: int = 1_000_000  # train sentences per side sampled for the vocabulary
     max_length: int = 128  # tokens of a side, BOS / EOS included; longer pairs are skipped
     batch_tokens: int = 4096  # per side and batch, padding included, over all replicas
     shuffle_buffer: int = 100_000
+    shards: int | None = None  # train shard files (default: one per 500,000 pairs, at most 256)
     seed: int = 1234  # shuffling, held-out sampling, vocabulary sampling
 
     def __post_init__(self) -> None:
@@ -97,6 +99,8 @@ class DataConfig:
                          ("max_length", 3), ("batch_tokens", 1), ("shuffle_buffer", 1)):
             if getattr(self, key) < low:
                 raise FieldError(key, f"must be at least {low}, got {getattr(self, key)!r}")
+        if self.shards is not None and not 1 <= self.shards <= MAX_SHARDS:
+            raise FieldError("shards", f"must be between 1 and {MAX_SHARDS}, got {self.shards!r}")
         if not 0 < self.character_coverage <= 1:
             raise FieldError("character_coverage",
                              f"must be in (0, 1], got {self.character_coverage!r}")

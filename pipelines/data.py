@@ -16,22 +16,28 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
 
 TOKENIZE_BATCH = 1024
+LENGTHS_BATCH = 4096
+INTERLEAVED_SHARDS = 8  # shards read at once
 
 
 @dataclasses.dataclass(frozen=True)
 class LengthStats:
-    """Token counts of a corpus, special tokens included, as the pipeline sees them."""
+    """Token counts of a corpus, special tokens included, as the pipeline sees them, and the
+    padding efficiency of its bucketed batches."""
 
     pairs: int
     too_long: int  # pairs with a side over max_length: the pipeline skips them
     src_tokens: int
     tgt_tokens: int
+    padding_efficiency: tuple[float, float]  # (source, target) real / padded batch tokens
 
 
 def bucket_boundaries(max_length: int, *, step: int = 8, linear_until: int = 64,
@@ -50,16 +56,17 @@ def bucket_boundaries(max_length: int, *, step: int = 8, linear_until: int = 64,
     return tuple(bounds)
 
 
-def make_dataset(src_path: str | Path, tgt_path: str | Path, spm_model_path: str | Path, *,
-                 batch_tokens: int, max_length: int, shuffle: bool = True,
+def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path: str | Path,
+                 *, batch_tokens: int, max_length: int, shuffle: bool = True,
                  shuffle_buffer: int = 100_000, seed: int | None = None, repeat: bool = False,
                  input_context: tf.distribute.InputContext | None = None, num_replicas: int = 1,
-                 pad_to_bucket_boundary: bool = True,
-                 boundaries: tuple[int, ...] | None = None) -> tf.data.Dataset:
+                 pad_to_bucket_boundary: bool = True, boundaries: tuple[int, ...] | None = None,
+                 parallel_calls: int | None = None) -> tf.data.Dataset:
     """Batches of token ids from parallel text files, tokenized in the graph.
 
     Args:
-        src_path, tgt_path: one sentence a line, aligned by line.
+        shards: (source file, target file) pairs, one sentence a line, aligned by line
+            (`pipelines.shards.train_shards`, or one pair of split files).
         spm_model_path: the shared SentencePiece model.
         batch_tokens: token budget of a batch per side, counted on padded sizes. With an
             `input_context` (`strategy.distribute_datasets_from_function`) batches are per
@@ -67,10 +74,12 @@ def make_dataset(src_path: str | Path, tgt_path: str | Path, spm_model_path: str
         max_length: pairs with more tokens on a side (BOS/EOS included) are skipped.
         shuffle, shuffle_buffer, seed: pair order, reshuffled each epoch.
         repeat: endless; batches then never come short at the end of the data.
-        input_context: shards the lines per input pipeline (worker).
+        input_context: each input pipeline (worker) reads its own shards when there are at
+            least as many shards as pipelines, else its own lines of every shard.
         num_replicas: without `input_context`, batch sizes are kept multiples of this.
         pad_to_bucket_boundary: pad to the bucket's length, not the batch's longest pair.
         boundaries: bucket lengths (default `bucket_boundaries(max_length)`).
+        parallel_calls: shards read and tokenizer calls at once (default: tf.data's autotuning).
 
     Returns:
         A dataset of `{"source_ids": [batch, src_time], "target_ids": [batch, tgt_time]}`.
@@ -85,57 +94,73 @@ def make_dataset(src_path: str | Path, tgt_path: str | Path, spm_model_path: str
         raise ValueError(f"a token budget of {budget} per batch cannot hold {multiple} pair(s) "
                          f"of the longest bucket ({bounds[-1]} tokens)")
     tokenizer = Tokenizer.from_file(spm_model_path)
-    dataset = _pairs(src_path, tgt_path, input_context)
+    parallel = parallel_calls or tf.data.AUTOTUNE
+    dataset = _pairs(shards, input_context, shuffle, seed, parallel)
     if shuffle:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    dataset = _tokenized(dataset, tokenizer)
+    dataset = _tokenized(dataset, tokenizer, parallel)
     dataset = dataset.filter(lambda ex: _longest_side(ex) <= max_length)
     dataset = _bucketed(dataset, bounds, budget, multiple, pad_to_bucket_boundary)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def length_stats(src_path: str | Path, tgt_path: str | Path, spm_model_path: str | Path, *,
-                 max_length: int) -> LengthStats:
-    """Counts pairs, those over `max_length`, and tokens per side, tokenized as in training."""
-    dataset = _tokenized(_pairs(src_path, tgt_path, None), Tokenizer.from_file(spm_model_path))
+                 max_length: int, boundaries: tuple[int, ...] | None = None) -> LengthStats:
+    """Counts pairs, those over `max_length` and tokens per side, tokenized as in training.
 
-    def add(totals: tf.Tensor, ex: dict[str, tf.Tensor]) -> tf.Tensor:
-        src, tgt = tf.size(ex["source_ids"]), tf.size(ex["target_ids"])
-        too_long = tf.cast(tf.maximum(src, tgt) > max_length, tf.int32)
-        return totals + tf.cast(tf.stack([1, too_long, src, tgt]), tf.int64)  # [4]
+    The padding efficiency (real tokens over batch tokens, per side) is that of
+    `make_dataset(..., pad_to_bucket_boundary=True)`, whatever the batch sizes and order:
+    there every pair that fits is padded to its bucket's boundary on each side.
+    """
+    bounds = np.array(boundaries or bucket_boundaries(max_length))
+    tokenizer = Tokenizer.from_file(spm_model_path)
+    pairs = _pairs([(src_path, tgt_path)], None, False, None, tf.data.AUTOTUNE)
+    lengths = pairs.batch(LENGTHS_BATCH).map(
+        lambda src, tgt: (tokenizer.tokenize(src, add_eos=True).row_lengths(),  # [chunk]
+                          tokenizer.tokenize(tgt, add_bos=True, add_eos=True).row_lengths()),
+        num_parallel_calls=tf.data.AUTOTUNE)
+    chunks = list(lengths.as_numpy_iterator())  # [(source [chunk], target [chunk])]
+    src_len, tgt_len = (np.concatenate([np.zeros(0, np.int64)] + [chunk[side] for chunk in chunks])
+                        for side in (0, 1))
+    fits = np.maximum(src_len, tgt_len) <= max_length
+    padded = [bounds[np.searchsorted(bounds, side[fits])] for side in (src_len, tgt_len)]
+    return LengthStats(
+        pairs=len(src_len), too_long=int(np.count_nonzero(~fits)),
+        src_tokens=int(src_len.sum()), tgt_tokens=int(tgt_len.sum()),
+        padding_efficiency=tuple(float(side[fits].sum() / max(pad.sum(), 1))
+                                 for side, pad in zip((src_len, tgt_len), padded)))
 
-    totals = dataset.reduce(tf.zeros([4], tf.int64), add).numpy()
-    return LengthStats(*map(int, totals))
 
-
-def padding_efficiency(dataset: tf.data.Dataset) -> tuple[float, float]:
-    """Real tokens / (real + pad) tokens over all batches, for source and target."""
-
-    def add(totals: tf.Tensor, batch: dict[str, tf.Tensor]) -> tf.Tensor:
-        counts = [tf.math.count_nonzero(batch[k] != PAD_ID) for k in ("source_ids", "target_ids")]
-        sizes = [tf.size(batch[k], out_type=tf.int64) for k in ("source_ids", "target_ids")]
-        return totals + tf.stack(counts + sizes)  # [4]
-
-    real_src, real_tgt, size_src, size_tgt = dataset.reduce(tf.zeros([4], tf.int64), add).numpy()
-    return float(real_src / max(size_src, 1)), float(real_tgt / max(size_tgt, 1))
-
-
-def _pairs(src_path: str | Path, tgt_path: str | Path,
-           input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:
-    """(source line, target line) string pairs, sharded per input pipeline."""
-    for path in (src_path, tgt_path):
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"{path}: no such file")
-    dataset = tf.data.Dataset.zip(tf.data.TextLineDataset(str(src_path)),
-                                  tf.data.TextLineDataset(str(tgt_path)))
-    if input_context is not None:
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+def _pairs(shards: Sequence[tuple[str | Path, str | Path]],
+           input_context: tf.distribute.InputContext | None, shuffle: bool, seed: int | None,
+           parallel: int) -> tf.data.Dataset:
+    """(source line, target line) string pairs of this input pipeline's shards, interleaved
+    (shard order shuffled each epoch when `shuffle`)."""
+    for pair in shards:
+        for path in pair:
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"{path}: no such file")
+    src_files, tgt_files = ([str(pair[side]) for pair in shards] for side in (0, 1))
+    pipelines = input_context.num_input_pipelines if input_context else 1
+    files = tf.data.Dataset.from_tensor_slices((src_files, tgt_files))
+    by_file = pipelines > 1 and len(shards) >= pipelines
+    if by_file:
+        files = files.shard(pipelines, input_context.input_pipeline_id)
+    if shuffle and len(shards) > 1:
+        files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
+    cycle = min(len(shards), INTERLEAVED_SHARDS)
+    dataset = files.interleave(
+        lambda src, tgt: tf.data.Dataset.zip(tf.data.TextLineDataset(src),
+                                             tf.data.TextLineDataset(tgt)),
+        cycle_length=cycle, num_parallel_calls=min(parallel, cycle) if parallel > 0 else parallel)
+    if pipelines > 1 and not by_file:
+        dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
     return dataset
 
 
-def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer) -> tf.data.Dataset:
+def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer, parallel: int) -> tf.data.Dataset:
     """String pairs -> {"source_ids": [src_len] (.. EOS), "target_ids": [tgt_len] (BOS .. EOS)}."""
 
     def encode(src: tf.Tensor, tgt: tf.Tensor) -> dict[str, tf.RaggedTensor]:
@@ -144,7 +169,7 @@ def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer) -> tf.data.Dataset:
                                                  add_eos=True)}  # [chunk, (tgt_len)]
 
     return (pairs.batch(TOKENIZE_BATCH)
-            .map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+            .map(encode, num_parallel_calls=parallel)
             .unbatch()
             .map(lambda ex: ex))  # unbatched ragged rows come typed as ragged: make them dense
 

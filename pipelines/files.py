@@ -9,6 +9,12 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 
+def clean_text(text: str) -> str:
+    """Collapses every run of whitespace (tabs, newlines, NBSP ...) into one space, so that a
+    sentence fits one line and the tokenizer round-trips it."""
+    return " ".join(text.split())
+
+
 def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:
     """Writes UTF-8 lines, each ended by '\\n', to `path`, whole or not at all."""
     with atomic_open(path, "w") as file:

@@ -1,30 +1,47 @@
-"""The prepare stage: corpus -> runs/NAME/data/{train,dev,test}.{src,tgt} + vocab/spm.model.
+"""The prepare stage: corpus -> runs/NAME/data/{train shards, dev, test} + vocab/spm.model.
 
-The split files hold raw (untokenized) UTF-8 text, one sentence a line. The shared
-SentencePiece vocabulary is learned from train.src + train.tgt. Every file is written whole
-or not at all; a bad corpus raises before anything is written.
+The split files hold raw (untokenized) UTF-8 text, one sentence a line; the train split is in
+shard files listed by data/train.json (pipelines/shards.py). The corpus streams through
+`pipelines.splitting` in two passes with bounded memory; the shared SentencePiece vocabulary
+is learned from a uniform sample of at most `data.vocab_max_sentences` train sentences per side,
+and the summary's token statistics are estimated from a sample of `STATS_SAMPLE` train pairs.
+
+Everything is written under data/.prepare-PID first and moved into place at the end, the train
+manifest last: a bad corpus raises before anything is written, and an interrupted prepare
+leaves no half-written file (its staging directory is removed by the next prepare).
 """
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import time
 from pathlib import Path
 
 from keras_transformer.tokenizer import Tokenizer, train_sentencepiece, vocabulary
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open, write_lines_atomic
-from pipelines.data import length_stats, make_dataset, padding_efficiency
-from pipelines.sources import SPLITS, load_corpus
+from pipelines.progress import PassProgress
+from pipelines.shards import is_shard_file, shard_stem, write_manifest
+from pipelines.sources import open_source
+from pipelines.splitting import STATS_SAMPLE, Splits, write_splits
+
+STAGING_PREFIX = ".prepare-"
 
 
 @dataclasses.dataclass(frozen=True)
 class PrepareSummary:
-    """What prepare wrote and measured (tokens: SentencePiece pieces of train sentences)."""
+    """What prepare wrote and measured (tokens: SentencePiece pieces of train sentences).
+
+    Pair counts are exact; token statistics come from `sampled_pairs` train pairs (all of them
+    when `sampled_pairs` equals the train count), `too_long` scaled to the whole split."""
 
     run_dir: Path
     source: str
     pairs: dict[str, int]  # split -> pairs written
     dropped: dict[str, int]  # reason -> pairs
+    shards: int  # train shard files
+    sampled_pairs: int  # train pairs the token statistics come from
     too_long: int  # train pairs over max_length, skipped by the data pipeline
     max_length: int
     vocab_size: int
@@ -38,14 +55,18 @@ class PrepareSummary:
         """The summary as the CLI prints it."""
         pairs = "  ".join(f"{split} {n:,}" for split, n in self.pairs.items())
         dropped = ", ".join(f"{reason} {n:,}" for reason, n in self.dropped.items()) or "none"
+        train = self.pairs["train"]
+        sample = (f"measured on all {train:,} train pairs" if self.sampled_pairs == train else
+                  f"estimated from {self.sampled_pairs:,} sampled pairs of the {train:,} in train")
         return "\n".join([
             f"prepared {self.source} -> {self.run_dir} in {self.seconds:.1f} s",
-            f"  pairs     {pairs}",
+            f"  pairs     {pairs}  ({self.shards} train shard{'s' * (self.shards > 1)})",
             f"  dropped   {dropped}",
-            f"  too long  {self.too_long:,} train pair(s) over {self.max_length} tokens "
-            f"(skipped when batching)",
             f"  vocab     {self.vocab_size:,} shared {self.vocab_type} pieces "
             f"({self.run_dir / 'vocab' / 'spm.model'})",
+            f"  {sample}:",
+            f"  too long  {self.too_long:,} train pair(s) over {self.max_length} tokens "
+            f"(skipped when batching)",
             f"  tokens    source {self.avg_tokens[0]:.1f}, target {self.avg_tokens[1]:.1f} "
             f"per train sentence",
             f"  padding   source {self.padding_efficiency[0]:.3f}, target "
@@ -55,39 +76,77 @@ class PrepareSummary:
 
 
 def prepare(config: PipelineConfig) -> PrepareSummary:
-    """Reads the corpus, writes the split files, learns the vocabulary and measures them.
+    """Streams the corpus into split files, learns the vocabulary and measures a sample.
 
     Raises:
         CorpusError: the corpus is missing, malformed or empty after filtering.
     """
     start = time.monotonic()
     data = config.data
-    corpus = load_corpus(data)
     data_dir, vocab_dir = config.run_path / "data", config.run_path / "vocab"
-    for split in SPLITS:
-        pairs = corpus.splits[split]
-        write_lines_atomic(data_dir / f"{split}.src", (src for src, _ in pairs))
-        write_lines_atomic(data_dir / f"{split}.tgt", (tgt for _, tgt in pairs))
-    train_src, train_tgt = data_dir / "train.src", data_dir / "train.tgt"
-    model_proto = train_sentencepiece([train_src, train_tgt], vocab_size=data.vocab_size,
-                                      model_type=data.vocab_type,
-                                      character_coverage=data.character_coverage,
-                                      max_sentences=data.vocab_max_sentences, seed=data.seed)
-    model = vocab_dir / "spm.model"
-    with atomic_open(model, "wb") as file:
-        file.write(model_proto)
+    _remove_staging(data_dir)
+    source = open_source(data)
+    staging = data_dir / f"{STAGING_PREFIX}{os.getpid()}"
+    progress = PassProgress()
+    try:
+        splits = write_splits(source, data, staging, progress.update)
+        progress.message(f"learning {data.vocab_size:,} {data.vocab_type} pieces from "
+                         f"{min(splits.pairs['train'], data.vocab_max_sentences):,} sampled "
+                         f"train sentences per side")
+        model_proto = train_sentencepiece(list(splits.vocab_sample), vocab_size=data.vocab_size,
+                                          model_type=data.vocab_type,
+                                          character_coverage=data.character_coverage,
+                                          max_sentences=2 * data.vocab_max_sentences,
+                                          seed=data.seed)
+        with atomic_open(staging / "spm.model", "wb") as file:
+            file.write(model_proto)
+        too_long, avg_tokens, efficiency = _measure(splits, staging / "spm.model", config)
+        _publish(staging, data_dir, vocab_dir, splits, model_proto)
+    finally:
+        progress.close()
+        shutil.rmtree(staging, ignore_errors=True)
+    return PrepareSummary(
+        run_dir=config.run_path, source=data.source, pairs=splits.pairs, dropped=splits.dropped,
+        shards=len(splits.shard_pairs), sampled_pairs=splits.stats_pairs, too_long=too_long,
+        max_length=data.max_length, vocab_size=Tokenizer(model_proto).vocab_size,
+        vocab_type=data.vocab_type, avg_tokens=avg_tokens, padding_efficiency=efficiency,
+        batch_tokens=data.batch_tokens, seconds=time.monotonic() - start)
+
+
+def _measure(splits: Splits, model: Path, config: PipelineConfig
+             ) -> tuple[int, tuple[float, float], tuple[float, float]]:
+    """On the statistics sample: train pairs over max_length (scaled to the split), pieces per
+    sentence and the batches' padding efficiency, tokenized and bucketed as in training."""
+    from pipelines.data import length_stats
+
+    stats = length_stats(*splits.stats_sample, model, max_length=config.data.max_length)
+    too_long = round(stats.too_long * splits.pairs["train"] / stats.pairs)
+    avg_tokens = ((stats.src_tokens - stats.pairs) / stats.pairs,  # minus EOS
+                  (stats.tgt_tokens - 2 * stats.pairs) / stats.pairs)  # minus BOS, EOS
+    return too_long, avg_tokens, stats.padding_efficiency
+
+
+def _publish(staging: Path, data_dir: Path, vocab_dir: Path, splits: Splits,
+             model_proto: bytes) -> None:
+    """Moves the split files into data/, writes the vocabulary, then the train manifest, then
+    removes shards of an earlier prepare that the manifest no longer lists."""
+    count = len(splits.shard_pairs)
+    names = [f"{shard_stem(i, count)}.{side}" for i in range(count) for side in ("src", "tgt")]
+    names += [f"{split}.{side}" for split in ("dev", "test") for side in ("src", "tgt")]
+    for name in names:
+        os.replace(staging / name, data_dir / name)
+    vocab_dir.mkdir(parents=True, exist_ok=True)
+    os.replace(staging / "spm.model", vocab_dir / "spm.model")
     write_lines_atomic(vocab_dir / "spm.vocab",
                        (f"{piece}\t{score:g}" for piece, score in vocabulary(model_proto)))
-    stats = length_stats(train_src, train_tgt, model, max_length=data.max_length)
-    batches = make_dataset(train_src, train_tgt, model, batch_tokens=data.batch_tokens,
-                           max_length=data.max_length, shuffle_buffer=data.shuffle_buffer,
-                           seed=data.seed)
-    return PrepareSummary(
-        run_dir=config.run_path, source=data.source,
-        pairs={split: len(pairs) for split, pairs in corpus.splits.items()},
-        dropped=corpus.dropped, too_long=stats.too_long, max_length=data.max_length,
-        vocab_size=Tokenizer(model_proto).vocab_size, vocab_type=data.vocab_type,
-        avg_tokens=((stats.src_tokens - stats.pairs) / stats.pairs,  # minus EOS
-                    (stats.tgt_tokens - 2 * stats.pairs) / stats.pairs),  # minus BOS, EOS
-        padding_efficiency=padding_efficiency(batches), batch_tokens=data.batch_tokens,
-        seconds=time.monotonic() - start)
+    write_manifest(data_dir, splits.shard_pairs)
+    for path in data_dir.iterdir():
+        if is_shard_file(path) and path.name not in names:
+            path.unlink()
+
+
+def _remove_staging(data_dir: Path) -> None:
+    """Removes what interrupted prepares left."""
+    if data_dir.is_dir():
+        for path in data_dir.glob(f"{STAGING_PREFIX}*"):
+            shutil.rmtree(path, ignore_errors=True)

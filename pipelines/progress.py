@@ -1,8 +1,9 @@
-"""A training progress line: step, loss, tokens/s, learning rate, elapsed time and the ETA.
+"""Progress lines: training (step, loss, tokens/s, learning rate, elapsed time and ETA), and
+`prepare` streaming a corpus (pairs read, rate, share of the input).
 
-On a terminal the line is rewritten in place after every update and, between updates (a
-compiling first step, a slow CPU, validation), redrawn every `TICK_SECONDS` with the clock
-running. Elsewhere (a log file) a line is written at each logging step and at least every
+On a terminal a line is rewritten in place: training's after every update and, between updates
+(a compiling first step, a slow CPU, validation), every `TICK_SECONDS` with the clock running.
+Elsewhere (a log file) a line is written at each logging step and at least every
 `LOG_SECONDS`.
 """
 from __future__ import annotations
@@ -126,3 +127,62 @@ class Progress:
 
 def _clock(seconds: float) -> str:
     return str(datetime.timedelta(seconds=round(seconds)))
+
+
+class PassProgress:
+    """`prepare` streaming a corpus: `reading | 1,234,567 pairs | 98,765 pairs/s | 34% of the
+    input | elapsed 0:00:12`, redrawn in place on a terminal (every `DRAW_SECONDS` while pairs
+    flow), a line every `LOG_SECONDS` elsewhere.
+
+    Example:
+        progress = PassProgress()
+        progress.update("reading", 16_384, 0.02)  # cheap when nothing is due
+        progress.message("learning the vocabulary")
+        progress.close()
+    """
+
+    DRAW_SECONDS = 1.0
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.in_place = self.stream.isatty()
+        self._started = self._last = time.monotonic()
+        self._label = ""
+        self._label_start = (self._started, 0)
+        self._open_line = False
+
+    def update(self, label: str, pairs: int, fraction: float | None) -> None:
+        """`pairs` of the pass `label` read, `fraction` of its input (None: unknown)."""
+        now = time.monotonic()
+        if label != self._label:
+            self._label, self._label_start = label, (now, pairs)
+        if now - self._last < (self.DRAW_SECONDS if self.in_place else LOG_SECONDS):
+            return
+        self._last = now
+        started, first = self._label_start
+        fields = [label, f"{pairs:,} pairs"]
+        if now > started and pairs > first:
+            fields.append(f"{(pairs - first) / (now - started):,.0f} pairs/s")
+        if fraction is not None:
+            fields.append(f"{100 * fraction:.0f}% of the input")
+        fields.append(f"elapsed {_clock(now - self._started)}")
+        line = " | ".join(fields)
+        if self.in_place:
+            self.stream.write(f"\r{line}\x1b[K")
+            self._open_line = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        """A line of its own."""
+        self.close()
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Ends an open progress line."""
+        if self._open_line:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open_line = False

@@ -18,9 +18,10 @@ from typing import Callable
 
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open
+from pipelines.shards import MANIFEST
 
-SPLIT_FILES = [f"data/{split}.{side}" for split in ("train", "dev", "test")
-               for side in ("src", "tgt")]
+SPLIT_FILES = [f"data/{MANIFEST}"] + [f"data/{split}.{side}" for split in ("dev", "test")
+                                      for side in ("src", "tgt")]
 VOCAB = "vocab/spm.model"
 LATEST_CHECKPOINT = "checkpoints/checkpoint"
 AVERAGED = "checkpoints/averaged/ckpt.index"

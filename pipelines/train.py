@@ -47,6 +47,7 @@ from pipelines.checkpoints import (checkpoint_dir, checkpoint_step, make_manager
                                    model_checkpoint)
 from pipelines.config import ConfigError, PipelineConfig
 from pipelines.data import make_dataset
+from pipelines.shards import train_shards
 from pipelines.progress import Progress
 from pipelines.strategy import (any_worker, chief_value, is_chief, is_multi_worker,
                                 make_strategy, mean_over_workers, task_id)
@@ -393,10 +394,10 @@ def write_scalars(writer: tf.summary.SummaryWriter, step: int,
 def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
     """The run's train split as endless shuffled batches, sharded per worker."""
     run, data = config.run_path, config.data
+    shards = train_shards(run / "data")
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        return make_dataset(run / "data" / "train.src", run / "data" / "train.tgt",
-                            run / "vocab" / "spm.model", batch_tokens=data.batch_tokens,
+        return make_dataset(shards, run / "vocab" / "spm.model", batch_tokens=data.batch_tokens,
                             max_length=data.max_length, shuffle_buffer=data.shuffle_buffer,
                             seed=seed, repeat=True, input_context=context)
 
@@ -495,7 +496,7 @@ class _Validator:
         self.loss = self.bleu = None
         if has_dev and self.settings.validate_every_steps:
             self.loss = DevLoss(model, make_dataset(
-                src, tgt, config.run_path / "vocab" / "spm.model", shuffle=False,
+                [(src, tgt)], config.run_path / "vocab" / "spm.model", shuffle=False,
                 batch_tokens=data.batch_tokens, max_length=data.max_length))
         if has_dev and self.settings.bleu_every_steps:
             self.bleu = DevBleu(model, tokenizer, src, tgt, self.settings.bleu_max_sentences)

@@ -6,18 +6,32 @@ import sentencepiece as spm
 import tensorflow as tf
 
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from pipelines.data import bucket_boundaries, length_stats, make_dataset, padding_efficiency
+from pipelines.data import bucket_boundaries, length_stats, make_dataset
+from pipelines.shards import train_shards
 
 
 @pytest.fixture(scope="module")
 def demo(demo_run):
     data, model = demo_run.run_dir / "data", demo_run.run_dir / "vocab" / "spm.model"
-    return {"src": data / "train.src", "tgt": data / "train.tgt", "model": model}
+    [(src, tgt)] = train_shards(data)
+    return {"src": src, "tgt": tgt, "model": model}
 
 
 def batches(demo, **kwargs):
     options = dict(batch_tokens=4096, max_length=128, seed=1) | kwargs
-    return make_dataset(demo["src"], demo["tgt"], demo["model"], **options)
+    return make_dataset([(demo["src"], demo["tgt"])], demo["model"], **options)
+
+
+def padding_efficiency(dataset: tf.data.Dataset) -> tuple[float, float]:
+    """Real tokens / (real + pad) tokens over all batches, for source and target."""
+
+    def add(totals: tf.Tensor, batch: dict[str, tf.Tensor]) -> tf.Tensor:
+        counts = [tf.math.count_nonzero(batch[k] != PAD_ID) for k in ("source_ids", "target_ids")]
+        sizes = [tf.size(batch[k], out_type=tf.int64) for k in ("source_ids", "target_ids")]
+        return totals + tf.stack(counts + sizes)  # [4]
+
+    real_src, real_tgt, size_src, size_tgt = dataset.reduce(tf.zeros([4], tf.int64), add).numpy()
+    return float(real_src / size_src), float(real_tgt / size_tgt)
 
 
 def rows(batch: dict) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -68,7 +82,11 @@ def test_framing_source_eos_target_bos_eos(demo):
 def test_bucketing_keeps_padding_low(demo, demo_run):
     src, tgt = padding_efficiency(batches(demo))
     assert src >= 0.85 and tgt >= 0.85
+    # The stats' efficiency: each pair padded to its buckets, whatever the batches.
     assert demo_run.padding_efficiency == pytest.approx((src, tgt), abs=1e-9)
+    stats = length_stats(demo["src"], demo["tgt"], demo["model"], max_length=64)
+    assert stats.padding_efficiency == pytest.approx(
+        padding_efficiency(batches(demo, max_length=64, batch_tokens=1024)), abs=1e-9)
     random_src, random_tgt = padding_efficiency(batches(demo, boundaries=(128,),
                                                         pad_to_bucket_boundary=False))
     assert random_src < 0.6 and random_tgt < 0.6  # one bucket: a random-order batcher
@@ -99,3 +117,55 @@ def test_repeat_gives_full_batches_divisible_by_replicas_and_seeded_order(demo):
 def test_budget_too_small_for_the_longest_bucket(demo):
     with pytest.raises(ValueError, match="cannot hold 4 pair"):
         batches(demo, batch_tokens=256, num_replicas=4)
+
+
+@pytest.fixture(scope="module")
+def sharded(demo, tmp_path_factory):
+    """The demo's first 4,000 train pairs in 4 shards of 1,000 (pair i in shard i mod 4)."""
+    directory = tmp_path_factory.mktemp("shards")
+    src = demo["src"].read_text(encoding="utf-8").splitlines()[:4000]
+    tgt = demo["tgt"].read_text(encoding="utf-8").splitlines()[:4000]
+    shards = []
+    for i in range(4):
+        shard = (directory / f"train-{i}.src", directory / f"train-{i}.tgt")
+        shard[0].write_text("".join(s + "\n" for s in src[i::4]), encoding="utf-8")
+        shard[1].write_text("".join(t + "\n" for t in tgt[i::4]), encoding="utf-8")
+        shards.append(shard)
+    processor = spm.SentencePieceProcessor(model_file=str(demo["model"]))
+
+    def expected(indices) -> collections.Counter:
+        pairs = [(tuple(processor.encode(src[i]) + [EOS_ID]),
+                  tuple([BOS_ID] + processor.encode(tgt[i]) + [EOS_ID])) for i in indices]
+        return collections.Counter(p for p in pairs if max(map(len, p)) <= 64)
+
+    return {"shards": shards, "model": demo["model"], "expected": expected}
+
+
+def epoch(shards, model, **kwargs) -> collections.Counter:
+    pairs = collections.Counter()
+    for batch in make_dataset(shards, model, batch_tokens=2048, max_length=64, seed=3,
+                              **kwargs):
+        pairs.update(rows(batch))
+    return pairs
+
+
+def test_shards_interleaved_yield_every_pair_once_per_epoch(sharded):
+    pairs = epoch(sharded["shards"], sharded["model"], parallel_calls=2)
+    assert pairs == sharded["expected"](range(4000))
+    assert max(pairs.values()) == 1  # the demo's train pairs are unique
+    first = [next(iter(make_dataset(sharded["shards"], sharded["model"], batch_tokens=2048,
+                                    max_length=64, seed=seed)))["source_ids"].numpy().tolist()
+             for seed in (3, 3, 4)]
+    assert first[0] == first[1] != first[2]  # seeded order
+
+
+def test_two_workers_read_disjoint_shards(sharded):
+    seen = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline,
+                                             num_replicas_in_sync=2)
+        seen.append(epoch(sharded["shards"], sharded["model"], input_context=context))
+    # Worker k reads shards k and k + 2 whole: pairs i with i mod 4 in {k, k + 2}.
+    assert seen[0] == sharded["expected"](i for i in range(4000) if i % 2 == 0)
+    assert seen[1] == sharded["expected"](i for i in range(4000) if i % 2 == 1)
+    assert not seen[0] & seen[1]

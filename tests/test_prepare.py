@@ -1,40 +1,63 @@
 """pipelines/prepare.py and the `keras-transformer prepare` command."""
 import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+import pipelines.splitting
 from pipelines.cli import main
 from pipelines.config import load_config
+from pipelines.files import read_lines
 from pipelines.prepare import prepare
+from pipelines.shards import train_shards
 
-OUTPUTS = [f"data/{split}.{side}" for split in ("train", "dev", "test") for side in ("src", "tgt")]
-OUTPUTS += ["vocab/spm.model", "vocab/spm.vocab"]
+SPLITS = [f"data/{split}.{side}" for split in ("dev", "test") for side in ("src", "tgt")]
+OUTPUTS = SPLITS + ["data/train.json", "vocab/spm.model", "vocab/spm.vocab"]
+DEMO_OUTPUTS = OUTPUTS + ["data/train-00000-of-00001.src", "data/train-00000-of-00001.tgt"]
+# The demo's split files as the in-memory prepare of round 1 wrote them (train.src / .tgt).
+DEMO_SHA256 = {"data/dev.src": "9c491eb3903e398d", "data/dev.tgt": "ad3616577a3c0258",
+               "data/test.src": "19c8b283c7bd82b5", "data/test.tgt": "751f163c446ad4f9",
+               "data/train-00000-of-00001.src": "3adb5d14ebd2c5d2",
+               "data/train-00000-of-00001.tgt": "b84ed6ff6ed3dfc9"}
 
 
-def checksums(run_dir):
-    return {name: hashlib.sha256((run_dir / name).read_bytes()).hexdigest() for name in OUTPUTS}
+def checksums(run_dir, names=None):
+    names = names or sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
+                            if p.is_file())
+    return {name: hashlib.sha256((run_dir / name).read_bytes()).hexdigest() for name in names}
 
 
 def test_demo_outputs_and_summary(demo_run):
     run_dir = demo_run.run_dir
-    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()) == \
-        sorted(OUTPUTS)  # no temporary file left behind
-    lines = {name: (run_dir / name).read_text(encoding="utf-8").split("\n")[:-1]
-             for name in OUTPUTS[:6]}
+    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == \
+        sorted(DEMO_OUTPUTS + ["data", "vocab"])  # no temporary file or directory left behind
+    assert {name: digest[:16] for name, digest in checksums(run_dir, DEMO_SHA256).items()} == \
+        DEMO_SHA256
+    [(train_src, train_tgt)] = train_shards(run_dir / "data")
+    lines = {name: read_lines(run_dir / name) for name in SPLITS}
+    lines["train.src"], lines["train.tgt"] = read_lines(train_src), read_lines(train_tgt)
     assert {split: n for split, n in demo_run.pairs.items()} == \
-        {split: len(lines[f"data/{split}.src"]) for split in ("train", "dev", "test")}
-    for split in ("train", "dev", "test"):
-        assert len(lines[f"data/{split}.src"]) == len(lines[f"data/{split}.tgt"])
+        {split: len(lines[f"data/{split}.src" if split != "train" else "train.src"])
+         for split in ("train", "dev", "test")}
     for split in ("dev", "test"):
-        assert not set(lines[f"data/{split}.src"]) & set(lines["data/train.src"])
-        assert not set(lines[f"data/{split}.tgt"]) & set(lines["data/train.tgt"])
-    assert lines["data/train.src"][0] == "In the beginning God created the heavens and the earth."
-    assert demo_run.vocab_size == 8000
+        assert len(lines[f"data/{split}.src"]) == len(lines[f"data/{split}.tgt"])
+        assert not set(lines[f"data/{split}.src"]) & set(lines["train.src"])
+        assert not set(lines[f"data/{split}.tgt"]) & set(lines["train.tgt"])
+    assert lines["train.src"][0] == "In the beginning God created the heavens and the earth."
+    assert demo_run.vocab_size == 8000 and demo_run.shards == 1
+    assert demo_run.sampled_pairs == demo_run.pairs["train"]
     assert 20 < demo_run.avg_tokens[0] < 50 and 20 < demo_run.avg_tokens[1] < 50
     assert min(demo_run.padding_efficiency) >= 0.85
     text = demo_run.format()
-    for expected in ("train 28,", "Psalm title on one side 116", "8,000 shared bpe pieces",
-                     "too long", "padding   source 0.", "per train sentence"):
+    for expected in ("train 28,", "(1 train shard)", "Psalm title on one side 116",
+                     "8,000 shared bpe pieces", "measured on all 28,620 train pairs:", "too long",
+                     "padding   source 0.", "per train sentence"):
         assert expected in text
 
 
@@ -61,9 +84,9 @@ def test_small_files_corpus_is_reproducible_through_the_cli(tmp_path, capsys):
     assert main(["prepare", str(config)]) == 0
     out = capsys.readouterr().out
     assert "train 120  dev 20  test 20" in out
-    first = checksums(tmp_path / "runs" / "small")
+    first = checksums(tmp_path / "runs" / "small", OUTPUTS)
     prepare(load_config(config))
-    assert checksums(tmp_path / "runs" / "small") == first
+    assert checksums(tmp_path / "runs" / "small", OUTPUTS) == first
 
 
 @pytest.mark.parametrize("src, tgt, data, message", [
@@ -82,3 +105,63 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, sr
     assert err.count("\n") == 1 and err.startswith("keras-transformer prepare: error: ")
     assert message.format(dir=tmp_path) in err
     assert not (tmp_path / "runs").exists()
+
+
+def numbered_corpus(pairs: int) -> tuple[bytes, bytes]:
+    words = ("cat", "dog", "bird", "fish", "horse")
+    src = "".join(f"the {words[i % 5]} number {i} is here\n" for i in range(pairs))
+    tgt = "".join(f"le {words[i % 5]} numéro {i} est là\n" for i in range(pairs))
+    return src.encode(), tgt.encode()
+
+
+def test_shards_samples_and_a_smaller_re_prepare(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(pipelines.splitting, "STATS_SAMPLE", 500)
+    config = write_corpus(tmp_path, *numbered_corpus(3040), shards=3, vocab_max_sentences=1000)
+    assert main(["prepare", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "train 3,000  dev 20  test 20  (3 train shards)" in out
+    assert "from 1,000 sampled train sentences per side" in out
+    assert "estimated from 500 sampled pairs of the 3,000 in train:" in out
+    data = tmp_path / "runs" / "small" / "data"
+    manifest = json.loads((data / "train.json").read_text())
+    assert manifest["pairs"] == 3000 and [s["pairs"] for s in manifest["shards"]] == [1000] * 3
+    shards = train_shards(data)
+    first = [pair for src, tgt in shards for pair in zip(read_lines(src), read_lines(tgt))]
+    assert len(set(first)) == 3000
+    config.write_text(config.read_text().replace("shards: 3", "shards: 2"))
+    assert main(["prepare", str(config)]) == 0
+    assert sorted(p.name for p in data.iterdir()) == [
+        "dev.src", "dev.tgt", "test.src", "test.tgt", "train-00000-of-00002.src",
+        "train-00000-of-00002.tgt", "train-00001-of-00002.src", "train-00001-of-00002.tgt",
+        "train.json"]  # the 3-shard files are gone
+    second = [pair for src, tgt in train_shards(data) for pair in zip(read_lines(src),
+                                                                        read_lines(tgt))]
+    assert sorted(second) == sorted(first)
+
+
+def test_a_killed_prepare_leaves_the_previous_files_whole(tmp_path):
+    """SIGKILL during the writing pass: data/ keeps the earlier prepare's files, byte for
+    byte; the next prepare removes the staging directory and completes."""
+    config = write_corpus(tmp_path, *numbered_corpus(200))
+    assert main(["prepare", str(config)]) == 0
+    run_dir = tmp_path / "runs" / "small"
+    before = checksums(run_dir)
+    src, tgt = numbered_corpus(100_000)
+    (tmp_path / "corpus.en").write_bytes(src)
+    (tmp_path / "corpus.fr").write_bytes(tgt)
+    child = subprocess.Popen([Path(sys.executable).parent / "keras-transformer", "prepare",
+                              str(config)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list((run_dir / "data").glob(".prepare-*/train-*.src")):
+        assert child.poll() is None, "prepare ended before its writing pass was caught"
+        assert time.monotonic() < deadline, "prepare never started writing"
+        time.sleep(0.01)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    staging = list((run_dir / "data").glob(".prepare-*"))
+    assert len(staging) == 1
+    assert checksums(run_dir, list(before)) == before
+    assert main(["prepare", str(config)]) == 0
+    assert not list((run_dir / "data").glob(".prepare-*"))
+    assert json.loads((run_dir / "data" / "train.json").read_text())["pairs"] == 100_000 - 40

@@ -1,9 +1,10 @@
-"""The progress line: refreshed on a terminal, periodic lines in a file."""
+"""The progress lines (training, prepare's passes): refreshed on a terminal, periodic lines in a
+file."""
 import io
 import time
 
 from pipelines import progress
-from pipelines.progress import Progress
+from pipelines.progress import PassProgress, Progress
 
 
 class Terminal(io.StringIO):
@@ -47,3 +48,33 @@ def test_eta_is_the_sooner_of_the_steps_and_the_budget():
     unbounded._start = (time.monotonic() - 10.0, 1)
     unbounded.update(11, {}, log=True)
     assert "ETA 0:16:" in unbounded.stream.getvalue() and "budget" not in unbounded.stream.getvalue()
+
+
+def test_a_prepare_pass_shows_pairs_rate_and_share_of_the_input(monkeypatch):
+    stream = Terminal()
+    line = PassProgress(stream)
+    monkeypatch.setattr(PassProgress, "DRAW_SECONDS", 0.0)
+    line.update("reading", 16_384, 0.25)
+    time.sleep(0.01)
+    line.update("reading", 32_768, 0.5)
+    line.update("writing", 16_384, None)  # a new pass: its own rate; input size unknown
+    line.message("learning the vocabulary")
+    text = stream.getvalue()
+    draws = text.split("\r")[1:]
+    assert draws[0].startswith("reading | 16,384 pairs | 25% of the input | elapsed 0:00:00")
+    assert draws[1].startswith("reading | 32,768 pairs | ") and " pairs/s | 50% of the input" in \
+        draws[1]
+    assert draws[2].startswith("writing | 16,384 pairs | elapsed")
+    assert text.endswith("\x1b[K\nlearning the vocabulary\n")
+
+
+def test_a_prepare_pass_writes_a_line_every_log_seconds_to_a_file(monkeypatch):
+    stream = io.StringIO()
+    line = PassProgress(stream)
+    line.update("reading", 16_384, 0.1)
+    assert stream.getvalue() == ""  # LOG_SECONDS (30 s) have not passed
+    monkeypatch.setattr(progress, "LOG_SECONDS", 0.0)
+    line.update("reading", 32_768, 0.2)
+    line.update("reading", 49_152, 0.3)
+    assert [row.split(" | ")[1] for row in stream.getvalue().splitlines()] == \
+        ["32,768 pairs", "49,152 pairs"]

@@ -12,6 +12,7 @@ import yaml
 from pipelines.cli import main
 from pipelines.config import load_config
 from pipelines.run import STAGE_NAMES, STAGES, report, run, stale_reason
+from pipelines.shards import train_shards
 
 SLICE = {"train": 400, "dev": 12, "test": 12}
 
@@ -22,9 +23,14 @@ def tiny_config(demo_run, tmp_path_factory) -> Path:
     preset for 40 steps."""
     root = tmp_path_factory.mktemp("tiny_run")
     splits = {}
+    data = demo_run.run_dir / "data"
+    [train] = train_shards(data)
+    prepared = {"train": dict(zip(("src", "tgt"), train))}
+    prepared |= {split: {side: data / f"{split}.{side}" for side in ("src", "tgt")}
+                 for split in ("dev", "test")}
     for split, count in SLICE.items():
         for side in ("src", "tgt"):
-            lines = (demo_run.run_dir / "data" / f"{split}.{side}").read_text().splitlines()
+            lines = prepared[split][side].read_text().splitlines()
             (root / f"{split}.{side}").write_text("\n".join(lines[:count]) + "\n")
         splits[split] = {"src": f"{split}.src", "tgt": f"{split}.tgt"}
     config = {
@@ -52,10 +58,12 @@ def test_every_stage_writes_what_it_promises(first_run):
     config, ran = first_run
     assert ran == list(STAGE_NAMES)
     run_path = config.run_path
-    for split in ("train", "dev", "test"):
-        for side in ("src", "tgt"):
-            lines = (run_path / "data" / f"{split}.{side}").read_text().splitlines()
-            assert len(lines) == SLICE[split]
+    files = {"train": train_shards(run_path / "data")[0]}
+    files |= {split: tuple(run_path / "data" / f"{split}.{side}" for side in ("src", "tgt"))
+              for split in ("dev", "test")}
+    for split, pair in files.items():
+        for path in pair:
+            assert len(path.read_text().splitlines()) == SLICE[split]
     assert (run_path / "vocab" / "spm.model").stat().st_size > 0
     assert (run_path / "checkpoints" / "ckpt-40.index").exists()
     assert list((run_path / "logs").rglob("events.out.tfevents.*"))

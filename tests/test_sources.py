@@ -1,12 +1,46 @@
-"""pipelines/sources.py: builtin Bibles, user files and TFDS builders -> cleaned splits."""
+"""pipelines/sources.py and pipelines/splitting.py: builtin Bibles, user files and TFDS builders
+streamed into cleaned, filtered, de-duplicated splits."""
+import dataclasses
 import hashlib
 import importlib.util
+import tempfile
+from pathlib import Path
 
 import pytest
 import tensorflow_datasets as tfds
 
+from pipelines import CorpusError
+from pipelines.bible import BIBLES, clean_verse
 from pipelines.config import DataConfig, SplitFiles
-from pipelines.sources import BIBLES, CorpusError, clean_verse, load_corpus
+from pipelines.files import read_lines
+from pipelines.shards import shard_stem
+from pipelines.sources import open_source
+from pipelines.splitting import write_splits
+
+
+@dataclasses.dataclass
+class Corpus:
+    splits: dict[str, list[tuple[str, str]]]
+    dropped: dict[str, int]
+
+
+def read_pairs(directory: Path, stem: str) -> list[tuple[str, str]]:
+    return list(zip(read_lines(directory / f"{stem}.src"), read_lines(directory / f"{stem}.tgt")))
+
+
+def load_corpus(data: DataConfig) -> Corpus:
+    """The splits that `write_splits` streams `data` into, read back (train in corpus order,
+    pair i from shard i mod N), and the drop counts."""
+    with tempfile.TemporaryDirectory() as directory:
+        out = Path(directory)
+        written = write_splits(open_source(data), data, out)
+        count = len(written.shard_pairs)
+        shards = [read_pairs(out, shard_stem(i, count)) for i in range(count)]
+        assert [len(shard) for shard in shards] == written.shard_pairs
+        train = [shards[i % count][i // count] for i in range(sum(written.shard_pairs))]
+        splits = {"train": train} | {name: read_pairs(out, name) for name in ("dev", "test")}
+    assert {name: len(pairs) for name, pairs in splits.items()} == written.pairs
+    return Corpus(splits, written.dropped)
 
 
 def checksum(corpus) -> str:
@@ -101,10 +135,44 @@ def test_bad_parallel_files_name_file_and_line(tmp_path, files, message):
     assert str(error.value).startswith(message.format(a=tmp_path / "a", b=tmp_path / "b"))
 
 
-def test_bad_tsv_names_file_and_line(tmp_path):
-    (tmp_path / "t.tsv").write_text("a\tb\nc\td\te\n", encoding="utf-8")
-    with pytest.raises(CorpusError, match=rf"^{tmp_path / 't.tsv'}:2: expected 2 tab-separated"):
+@pytest.mark.parametrize("content, found", [("a\tb\nc\td\te\n", 3), ("a\tb\nno tab\r\n", 1)])
+def test_bad_tsv_names_file_and_line(tmp_path, content, found):
+    (tmp_path / "t.tsv").write_text(content, encoding="utf-8")
+    with pytest.raises(CorpusError, match=rf"^{tmp_path / 't.tsv'}:2: expected 2 tab-separated "
+                                          rf"fields \(source, target\), found {found}$"):
         load_corpus(DataConfig(source="files", train=SplitFiles(tsv=tmp_path / "t.tsv")))
+
+
+def test_crlf_line_ends_read_as_lf(tmp_path):
+    lines = [(f"sentence {i} here", f"phrase {i} ici") for i in range(50)]
+    (tmp_path / "lf.en").write_text("".join(s + "\n" for s, _ in lines), encoding="utf-8")
+    (tmp_path / "lf.fr").write_text("".join(t + "\n" for _, t in lines), encoding="utf-8")
+    for name in ("lf.en", "lf.fr"):
+        crlf = (tmp_path / name).read_bytes().replace(b"\n", b"\r\n")
+        (tmp_path / name.replace("lf", "crlf")).write_bytes(crlf)
+    (tmp_path / "crlf.tsv").write_bytes("".join(f"{s}\t{t}\r\n" for s, t in lines).encode())
+
+    def split(files: SplitFiles):
+        return load_corpus(DataConfig(source="files", holdout=5, train=files)).splits
+
+    expected = split(SplitFiles(src=tmp_path / "lf.en", tgt=tmp_path / "lf.fr"))
+    assert [len(expected[s]) for s in ("train", "dev", "test")] == [40, 5, 5]
+    assert split(SplitFiles(src=tmp_path / "crlf.en", tgt=tmp_path / "crlf.fr")) == expected
+    assert split(SplitFiles(tsv=tmp_path / "crlf.tsv")) == expected
+
+
+def test_a_given_dev_split_and_a_held_out_test_split(tmp_path):
+    lines = [f"sentence number {i}" for i in range(300)]
+    (tmp_path / "a").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "b").write_text("\n".join(l.upper() for l in lines) + "\n", encoding="utf-8")
+    (tmp_path / "dev.tsv").write_text("sentence number 7\tSENTENCE NUMBER 7\n", encoding="utf-8")
+    data = DataConfig(source="files", holdout=40, train=SplitFiles(src=tmp_path / "a",
+                                                                   tgt=tmp_path / "b"),
+                      dev=SplitFiles(tsv=tmp_path / "dev.tsv"))
+    corpus = load_corpus(data)
+    assert [len(corpus.splits[s]) for s in ("train", "dev", "test")] == [260, 1, 40]
+    assert corpus.splits["dev"] == [("sentence number 7", "SENTENCE NUMBER 7")]
+    assert not set(corpus.splits["test"]) & set(corpus.splits["train"])
 
 
 def test_tfds_builders_through_tfds_load(monkeypatch):

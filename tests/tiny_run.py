@@ -24,24 +24,25 @@ def make_tiny_run(directory: Path, *, model: dict[str, Any] | None = None,
     40 dev pairs); the defaults train 20 steps of the tiny preset without dropout.
     """
     from keras_transformer.tokenizer import train_sentencepiece
+    from pipelines.shards import shard_stem, write_manifest
 
     run_dir = directory / "run"
-    (run_dir / "data").mkdir(parents=True, exist_ok=True)
+    data_dir = run_dir / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "vocab").mkdir(exist_ok=True)
     rng = random.Random(0)
-    for split, count in (("train", 400), ("dev", 40)):
+    for split, stem, count in (("train", shard_stem(0, 1), 400), ("dev", "dev", 40)):
         pairs = [rng.choices(WORDS, k=rng.randint(2, 12)) for _ in range(count)]
-        (run_dir / "data" / f"{split}.src").write_text(
-            "".join(" ".join(words) + "\n" for words in pairs))
-        (run_dir / "data" / f"{split}.tgt").write_text(
+        (data_dir / f"{stem}.src").write_text("".join(" ".join(words) + "\n" for words in pairs))
+        (data_dir / f"{stem}.tgt").write_text(
             "".join(" ".join(reversed(words)).upper() + "\n" for words in pairs))
-    data_dir = run_dir / "data"
-    (run_dir / "vocab" / "spm.model").write_bytes(train_sentencepiece(
-        [data_dir / "train.src", data_dir / "train.tgt"], vocab_size=400))
+    write_manifest(data_dir, [400])
+    train_src, train_tgt = (data_dir / f"{shard_stem(0, 1)}.{side}" for side in ("src", "tgt"))
+    (run_dir / "vocab" / "spm.model").write_bytes(train_sentencepiece([train_src, train_tgt],
+                                                                      vocab_size=400))
     config = {
         "name": "tiny", "run_dir": str(run_dir),
-        "data": {"source": "files", "train": {"src": str(data_dir / "train.src"),
-                                              "tgt": str(data_dir / "train.tgt")},
+        "data": {"source": "files", "train": {"src": str(train_src), "tgt": str(train_tgt)},
                  "max_length": 40, "batch_tokens": 320, "shuffle_buffer": 500},
         "model": {"preset": "tiny", "dropout": 0.0, "dtype": "float32", **(model or {})},
         "train": {"steps": 20, "warmup_steps": 10, "log_every_steps": 5,

@@ -4,7 +4,8 @@ The split files hold raw (untokenized) UTF-8 text, one sentence a line; the trai
 shard files listed by data/train.json (pipelines/shards.py). The corpus streams through
 `pipelines.splitting` in two passes with bounded memory; the shared SentencePiece vocabulary
 is learned from a uniform sample of at most `data.vocab_max_sentences` train sentences per side,
-and the summary's token statistics are estimated from a sample of `STATS_SAMPLE` train pairs.
+and the summary's token statistics are estimated from a sample of 100,000 train pairs
+(`pipelines.splitting.STATS_SAMPLE`).
 
 Everything is written under data/.prepare-PID first and moved into place at the end, the train
 manifest last: a bad corpus raises before anything is written, and an interrupted prepare
@@ -24,7 +25,7 @@ from pipelines.files import atomic_open, write_lines_atomic
 from pipelines.progress import PassProgress
 from pipelines.shards import is_shard_file, shard_stem, write_manifest
 from pipelines.sources import open_source
-from pipelines.splitting import STATS_SAMPLE, Splits, write_splits
+from pipelines.splitting import Splits, write_splits
 
 STAGING_PREFIX = ".prepare-"
 

@@ -14,7 +14,6 @@ setup(
         "keras==3.15.1",
         "tensorflow-text==2.21.1",
         "tensorflow-datasets==4.9.10",
-        "importlib_resources==7.1.0",
         "sacrebleu==2.6.0",
         "sentencepiece==0.2.3",
         "tf2onnx==1.17.0",
@@ -27,6 +26,8 @@ setup(
     ],
     extras_require={
         "test": ["pytest==9.2.0"],
+        # Training writes its event files with core TF; the viewer is optional.
+        "tensorboard": ["tensorboard==2.21.0"],
     },
     entry_points={"console_scripts": ["keras-transformer=pipelines.cli:main"]},
 )

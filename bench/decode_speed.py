@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipelines.paths import RunPaths
+
 BATCH_SIZES = (1, 32)
 LENGTH_BUCKET = 10  # output tokens per row of the length table
 REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a busy machine)
@@ -81,19 +83,19 @@ def find_model(config_name: str, scratch: Path) -> tuple[Path, Path, str]:
     from pipelines.config import load_config
 
     config = load_config(config_name)
-    export = config.run_path / "export"
-    version = latest_version(export / "saved_model")
-    if version and (export / "onnx" / "model.onnx").is_file():
-        return version, export / "onnx", f"the export of {config.run_path}"
+    paths = RunPaths(config.run_path)
+    version = latest_version(paths.saved_model)
+    if version and (paths.onnx / "model.onnx").is_file():
+        return version, paths.onnx, f"the export of {config.run_path}"
     from pipelines.checkpoints import default_checkpoint
 
     try:
-        default_checkpoint(config.run_path)
+        default_checkpoint(paths)
     except ValueError:
         return _export_random(config, scratch) + (
             f"UNTRAINED: a random {config.model.preset} model (no checkpoint in "
             f"{config.run_path}); it decodes every sentence to the length limit",)
-    from export.pipeline import export_run
+    from pipelines.export import export_run
 
     summary = export_run(config)
     return summary.saved_model, summary.onnx, f"{summary.checkpoint}, just exported"
@@ -106,11 +108,11 @@ def _export_random(config, directory: Path) -> tuple[Path, Path]:
     from export.saved_model import export_saved_model
     from export.translator import Translator
     from keras_transformer.tokenizer import Tokenizer
-    from pipelines.inference import build_model_with_dtype
+    from pipelines.models import build_model
 
     keras.utils.set_random_seed(0)
-    model_proto = (config.run_path / "vocab" / "spm.model").read_bytes()
-    model = build_model_with_dtype(config, Tokenizer(model_proto).vocab_size)
+    model_proto = RunPaths(config.run_path).spm_model.read_bytes()
+    model = build_model(config, Tokenizer(model_proto).vocab_size, "float32")
     settings = config.evaluate
     translator = Translator(model, model_proto, beam_size=settings.beam_size,
                             alpha=settings.alpha, max_source_length=config.data.max_length,
@@ -127,9 +129,9 @@ def source_ids(config_name: str, count: int) -> list[list[int]]:
     from pipelines.config import load_config
 
     config = load_config(config_name)
-    run, limit = config.run_path, config.data.max_length - 1
-    processor = spm.SentencePieceProcessor(model_file=str(run / "vocab" / "spm.model"))
-    with open(run / "data" / "test.src", encoding="utf-8") as file:
+    paths, limit = RunPaths(config.run_path), config.data.max_length - 1
+    processor = spm.SentencePieceProcessor(model_file=str(paths.spm_model))
+    with open(paths.split("test")[0], encoding="utf-8") as file:
         lines = [line.rstrip("\n") for line, _ in zip(file, range(count))]
     return [processor.encode(line)[:limit] + [EOS_ID] for line in lines]
 

@@ -146,10 +146,11 @@ def time_pipeline(run_dir: Path, parallel: int, batches: int) -> tuple[float, fl
     batch, target tokens/s and batches/s over the next `batches` batches)."""
     from keras_transformer.tokenizer import PAD_ID
     from pipelines.data import make_dataset
-    from pipelines.shards import train_shards
+    from pipelines.paths import RunPaths
 
     started = time.monotonic()
-    dataset = make_dataset(train_shards(run_dir / "data"), run_dir / "vocab" / "spm.model",
+    paths = RunPaths(run_dir)
+    dataset = make_dataset(paths.train_shards(), paths.spm_model,
                            batch_tokens=BATCH_TOKENS, max_length=MAX_LENGTH,
                            shuffle_buffer=SHUFFLE_BUFFER, seed=SEED, repeat=True,
                            parallel_calls=parallel)

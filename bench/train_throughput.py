@@ -7,7 +7,7 @@ uses the machine.
 Batches: the run's train split as the trainer reads it (data.batch_tokens per replica batch,
 padded to bucket boundaries) when runs/NAME is prepared, else synthetic batches of demo-like
 shapes (the output says which). They are taken once, beforehand (the input pipeline is not
-timed), and every variant trains its own model through `pipelines.train.Trainer` (the compiled
+timed), and every variant trains its own model through `pipelines.trainer.Trainer` (the compiled
 update, under the machine's strategy) on them. Variants: float32 and mixed_bfloat16 without XLA,
 and the dtype that `model.dtype: auto` chooses here if it is neither; `--xla` adds each with XLA.
 mixed_bfloat16 is skipped, with the reason, where `keras_transformer.precision.resolve_dtype`
@@ -43,17 +43,18 @@ from keras_transformer.precision import resolve_dtype
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from pipelines.config import PipelineConfig, load_config
 from pipelines.data import bucket_boundaries
+from pipelines.paths import RunPaths
 from pipelines.strategy import make_strategy
-from pipelines.train import DatasetFn, Trainer, train_dataset_fn
+from pipelines.train import DatasetFn, train_dataset_fn
+from pipelines.trainer import Trainer
+
+from flops import MATMUL_SIZE, Update, matmul_peak, update_flops  # bench/flops.py
 
 DTYPES = ("float32", "mixed_bfloat16")
 WARMUP_UPDATES = 2  # without XLA; with XLA one per distinct batch shape
-MATMUL_SIZE = 2048
 REFERENCE_TIME = 36  # the reference's batch: the config's token budget in rows of this length
 SYNTHETIC_VOCAB = 8000
 SYNTHETIC_MEAN_LENGTH = 36  # demo: 35.3 target pieces per sentence plus BOS / EOS
-
-Update = tuple[dict[str, tf.Tensor], ...]  # accumulate_steps (distributed) batches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,62 +103,6 @@ def synthetic_dataset_fn(config: PipelineConfig, seed: int = 0) -> DatasetFn:
         ).repeat().prefetch(tf.data.AUTOTUNE)
 
     return make
-
-
-def training_flops(config: ModelConfig, batch: int, source_time: int, target_time: int) -> float:
-    """FLOPs of training on one [batch, source_time] source / [batch, target_time] target_ids
-    batch (the decoder reads target_time - 1 positions), counted on the padded shapes.
-
-    Counts the forward multiply-adds of every dense projection (attention queries, keys,
-    values and output; both feed-forward layers), of the attention score and value matmuls
-    (causal ones in full, as computed) and of the tied pre-softmax projection; 2 FLOPs per
-    multiply-add, times 3 for forward + backward (the backward pass costs two forward ones).
-    Embedding lookups, softmax, layer norm, dropout and the optimizer are left out.
-
-    Example:
-        >>> training_flops(ModelConfig.from_preset("small", vocab_size=8000), 112, 35, 36)
-        181440430080
-    """
-    d, heads = config.d_model, config.num_heads
-    keys, values = heads * config.head_key_dim, heads * config.head_value_dim
-    source, target = source_time, target_time - 1
-
-    def attention(queries: int, memory: int) -> int:  # multiply-adds per sequence
-        projections = queries * d * keys + memory * d * (keys + values) + queries * values * d
-        return projections + queries * memory * (keys + values)  # + scores, weighted values
-
-    def feed_forward(time: int) -> int:
-        return 2 * time * d * config.d_ff
-
-    encoder = config.num_encoder_layers * (attention(source, source) + feed_forward(source))
-    decoder = config.num_decoder_layers * (attention(target, target)
-                                           + attention(target, source) + feed_forward(target))
-    softmax = target * d * config.vocab_size
-    return 2 * 3 * batch * (encoder + decoder + softmax)
-
-
-def update_flops(config: ModelConfig, strategy: tf.distribute.Strategy, update: Update) -> float:
-    """training_flops summed over the update's batches and replicas."""
-    total = 0.0
-    for batch in update:
-        sources = strategy.experimental_local_results(batch["source_ids"])
-        targets = strategy.experimental_local_results(batch["target_ids"])
-        for source, target in zip(sources, targets):
-            total += training_flops(config, source.shape[0], source.shape[1], target.shape[1])
-    return total
-
-
-def matmul_peak(dtype: tf.DType, size: int = MATMUL_SIZE, repeats: int = 5) -> float:
-    """Best GFLOP/s of `repeats` timed [size, size] x [size, size] tf.matmul in `dtype`, after
-    an untimed one."""
-    a, b = (tf.cast(tf.random.normal([size, size]), dtype) for _ in range(2))
-    tf.matmul(a, b)[0, 0].numpy()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        tf.matmul(a, b)[0, 0].numpy()  # waits for the product
-        best = min(best, time.perf_counter() - started)
-    return 2 * size ** 3 / best / 1e9
 
 
 def time_updates(run_update: Callable[[int], float], steps: int) -> Timing:
@@ -275,10 +220,10 @@ def main() -> None:
                         help="also the XLA variants (one compilation per batch shape)")
     args = parser.parse_args()
     config = load_config(args.config)
-    spm_path = config.run_path / "vocab" / "spm.model"
-    if spm_path.is_file():
-        source = f"{config.run_path}/data/train (prepared run)"
-        vocab_size = Tokenizer.from_file(spm_path).vocab_size
+    paths = RunPaths(config.run_path)
+    if paths.spm_model.is_file():
+        source = f"{paths.data}/train (prepared run)"
+        vocab_size = Tokenizer.from_file(paths.spm_model).vocab_size
         dataset_fn = train_dataset_fn(config, seed=config.data.seed)
     else:
         source = f"synthetic batches of demo-like shapes ({config.run_path} is not prepared)"
@@ -317,8 +262,7 @@ def main() -> None:
                   f"{gflops / peak:.0%} of a {MATMUL_SIZE}^2 {compute_dtype} matmul's "
                   f"{peak:,.0f} | {timing.format_usage()} | warm-up {warmup} updates "
                   f"{warmup_seconds:.0f} s", flush=True)
-    model_config = ModelConfig.from_preset(config.model.preset, vocab_size=vocab_size,
-                                           pad_id=PAD_ID, **config.model.overrides())
+    model_config = config.model.model_config(vocab_size=vocab_size, pad_id=PAD_ID)
     batch = (config.data.batch_tokens // REFERENCE_TIME, REFERENCE_TIME)
     reference = measure_keras_reference(model_config, batch, args.steps, config.train.seed)
     reference_faults = max(reference.page_faults_per_update, 1.0)

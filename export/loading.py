@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from export import ExportError
 from export.onnx_runtime import METADATA_FILE, TRANSLATOR_FILE
 from export.versions import latest_version
-from pipelines import InputError
 
-RUNTIMES = ("tf", "onnx")
+RUNTIME_FORMATS = {"tf": "saved_model", "onnx": "onnx"}  # runtime -> the export format it runs
 
 
 class LineTranslator(Protocol):
@@ -24,7 +24,7 @@ def resolve_export(path: Path, runtime: str | None = None) -> tuple[str, Path]:
     """(runtime, directory): the SavedModel version or ONNX directory that `path` names.
 
     Raises:
-        InputError: nothing exported there, or not for `runtime`.
+        ExportError: nothing exported there, or not for `runtime`.
     """
     found: dict[str, Path] = {}
     for base in (path, path / "saved_model"):
@@ -35,11 +35,11 @@ def resolve_export(path: Path, runtime: str | None = None) -> tuple[str, Path]:
         if (directory / TRANSLATOR_FILE).is_file():
             found.setdefault("onnx", directory)
     if not found:
-        raise InputError(f"{path}: no SavedModel (version) or ONNX export found; run "
+        raise ExportError(f"{path}: no SavedModel (version) or ONNX export found; run "
                          f"`keras-transformer export` first")
     runtime = runtime or next(iter(found))
     if runtime not in found:
-        raise InputError(f"{path}: no export for runtime {runtime!r} (found: "
+        raise ExportError(f"{path}: no export for runtime {runtime!r} (found: "
                          f"{', '.join(found)})")
     return runtime, found[runtime]
 
@@ -50,7 +50,7 @@ def open_translator(path: Path, runtime: str | None = None,
     SavedModel's weights are rebuilt into an in-process Translator (ONNX cannot: re-export).
 
     Raises:
-        InputError: see `resolve_export`; a beam size the ONNX export was not made with.
+        ExportError: see `resolve_export`; a beam size the ONNX export was not made with.
     """
     runtime, directory = resolve_export(Path(path), runtime)
     if runtime == "onnx":
@@ -58,7 +58,7 @@ def open_translator(path: Path, runtime: str | None = None,
 
         exported = json.loads((directory / METADATA_FILE).read_text())["beam_size"]
         if beam_size not in (None, exported):
-            raise InputError(f"{directory}: exported with beam {exported}; set evaluate."
+            raise ExportError(f"{directory}: exported with beam {exported}; set evaluate."
                              f"beam_size: {beam_size} and re-export, or use --runtime tf")
         return OnnxTranslator(directory)
     from export.saved_model import SavedModelTranslator

@@ -9,7 +9,8 @@
 The beam-search tf.while_loop becomes one ONNX Loop. Opset 17 (tf2onnx 1.17 supports up to
 18). Two deviations from tf2onnx's defaults, both pinned to tf2onnx 1.17.0:
 * a handler for SentencepieceDetokenizeOp (tf2onnx has none), to onnxruntime-extensions'
-  SentencepieceDecoder, which decodes one sequence (`export.text` detokenizes the batch as one);
+  SentencepieceDecoder, which decodes one sequence (`Tokenizer.detokenize` decodes the batch as
+  one);
 * its back-to-back optimizer is left out: it merges two Reshapes even when its reshape
   optimizer has written a 0 ("copy the input's dimension") into the second shape, which breaks
   attention's split into heads once a zero bias has been folded away (an untrained model).
@@ -42,7 +43,7 @@ OPTIMIZERS = OrderedDict((name, factory) for name, factory in optimizer._get_opt
 @tf_op("SentencepieceDetokenizeOp", domain=constants.CONTRIB_OPS_DOMAIN)
 class SentencepieceDetokenize:
     """SentencepieceDetokenizeOp(model, ids, splits) -> SentencepieceDecoder(ids): valid for a
-    single row (splits [0, n]), as `export.text.decode_ids` calls it."""
+    single row (splits [0, n]), as `keras_transformer.tokenizer.Tokenizer.detokenize` calls it."""
 
     @classmethod
     def version_1(cls, ctx, node, **kwargs) -> None:

@@ -9,7 +9,8 @@ serving signatures of the SavedModel and the sources of the ONNX models.
 hypothesis without BOS, EOS included where it ended with one, PAD after. The score is its
 summed log-probability divided by the GNMT length penalty (`keras_transformer.decoding`).
 
-Limits, so that any input gives a defined output:
+Limits, so that any input gives a defined output (`keras_transformer.translate.decode_sources`,
+which both functions decode with):
 * a source is cut to `max_source_length` tokens (a text to its first max_source_length - 1
   pieces, then EOS); the rest of a longer line is not translated;
 * a translation has at most source length + `extra_length` tokens (the paper's limit), and
@@ -20,8 +21,8 @@ Limits, so that any input gives a defined output:
 The module tracks the tf.Variables inside the model's Keras variables and holds the model
 untracked: a Keras 3 variable exports as a copy of its tf.Variable, which tf.saved_model.load
 restores but TF Serving's TF1 session loader leaves unset ("Could not find variable"). The
-SentencePiece model is held as bytes and only the text function builds a tokenizer, so the
-ids function converts to ONNX alone.
+SentencePiece model is held as bytes and only the text function builds a tokenizer (in its
+trace), so the ids function converts to ONNX alone.
 
 Example:
     translator = Translator(model, Path("runs/demo/vocab/spm.model").read_bytes())
@@ -35,14 +36,14 @@ from typing import Any, Sequence
 import tensorflow as tf
 
 from export.lines import translate_in_batches
-from export.text import decode_ids, encode_text
-from keras_transformer.decoding import beam_search
-from keras_transformer.model import Cache, Transformer
-from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from export.text import encode_text
+from keras_transformer.model import Transformer
+from keras_transformer.tokenizer import Tokenizer
+from keras_transformer.translate import (ALPHA, BEAM_SIZE, EXTRA_LENGTH, decode_sources,
+                                         source_length_limit)
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
-BEAM_SIZE, ALPHA, EXTRA_LENGTH = 4, 0.6, 50  # the paper's decoding (section 6.1)
 
 
 class _Untracked:
@@ -70,13 +71,11 @@ class Translator(tf.Module):
                  alpha: float = ALPHA, max_source_length: int | None = None,
                  extra_length: int = EXTRA_LENGTH, name: str = "translator") -> None:
         super().__init__(name=name)
-        limit = model.model_config.max_length
         if beam_size < 1 or alpha < 0 or extra_length < 0:
             raise ValueError(f"need beam_size >= 1, alpha >= 0, extra_length >= 0; got "
                              f"{beam_size}, {alpha}, {extra_length}")
         self.beam_size, self.alpha, self.extra_length = beam_size, alpha, extra_length
-        self.max_source_length = min(max_source_length or limit, limit)
-        self.max_target_length = limit
+        self.max_source_length = source_length_limit(model, max_source_length)
         self.spm_model_proto = spm_model_proto
         self.model_variables = [variable.value for variable in model.variables]  # tf.Variable
         self._model = _Untracked(model)
@@ -102,27 +101,14 @@ class Translator(tf.Module):
         """UTF-8 lines [batch] -> translations [batch] and score [batch]."""
         source_ids = encode_text(text, self.spm_model_proto, self.max_source_length)
         target_ids, score = self.search(source_ids)  # [batch, time], [batch]
-        return {"translation": decode_ids(target_ids, self.spm_model_proto), "score": score}
+        translation = Tokenizer(self.spm_model_proto).detokenize(target_ids)  # [batch]
+        return {"translation": translation, "score": score}
 
     def search(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: source ids [batch, time] -> (target ids [batch, time], score [batch])."""
-        source_ids = tf.cast(source_ids, tf.int32)[:, :self.max_source_length]  # [b, s]
-        is_real = source_ids != PAD_ID
-        lengths = tf.reduce_sum(tf.cast(is_real, tf.int32), axis=1)  # [batch]
-        empty = tf.reduce_all(~is_real | (source_ids == EOS_ID), axis=1)  # [batch]
-        max_lengths = tf.where(empty, 0, tf.minimum(lengths + self.extra_length,
-                                                    self.max_target_length))  # [batch]
-        memory, memory_mask = self.model.encode(source_ids, training=False)
-        cache = self.model.init_cache(memory, memory_mask)
-        ids, scores = beam_search(self._next_logits, cache, max_lengths,
-                                  beam_size=self.beam_size, bos_id=BOS_ID, eos_id=EOS_ID,
-                                  alpha=self.alpha, pad_id=PAD_ID)  # [b, beam, t], [b, beam]
-        target_ids = tf.where(empty[:, None], PAD_ID, ids[:, 0])  # [batch, time]
-        return target_ids, tf.where(empty, 0.0, scores[:, 0])
-
-    def _next_logits(self, ids: tf.Tensor, step: tf.Tensor,
-                     cache: Cache) -> tuple[tf.Tensor, Cache]:
-        return self.model.decode_step(ids[:, -1], step, cache)  # [n, vocab]
+        return decode_sources(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
+                              max_source_length=self.max_source_length,
+                              extra_length=self.extra_length)
 
     def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""

@@ -7,6 +7,14 @@ from typing import Any
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
 
 
+class ModelConfigError(ValueError):
+    """An invalid ModelConfig field; `fields` names it, then any field it conflicts with."""
+
+    def __init__(self, field: str, problem: str, *, conflicts_with: tuple[str, ...] = ()):
+        super().__init__(f"ModelConfig.{field} {problem}")
+        self.fields = (field, *conflicts_with)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Hyperparameters of the encoder-decoder Transformer.
@@ -39,31 +47,31 @@ class ModelConfig:
                      "d_ff", "num_heads", "max_length"):
             _require_type(self, name, int)
             if getattr(self, name) <= 0:
-                raise ValueError(
-                    f"ModelConfig.{name} must be positive, got {getattr(self, name)!r}")
+                raise ModelConfigError(name, f"must be positive, got {getattr(self, name)!r}")
         for name in ("key_dim", "value_dim"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or value <= 0):
-                raise ValueError(
-                    f"ModelConfig.{name} must be a positive int or None, got {value!r}")
+                raise ModelConfigError(name, f"must be a positive int or None, got {value!r}")
         if (self.key_dim is None or self.value_dim is None) and self.d_model % self.num_heads:
-            raise ValueError(
-                f"ModelConfig.d_model ({self.d_model}) must be divisible by "
-                f"ModelConfig.num_heads ({self.num_heads}) unless key_dim and value_dim are set")
+            raise ModelConfigError(
+                "d_model", f"({self.d_model}) must be divisible by ModelConfig.num_heads "
+                f"({self.num_heads}) unless key_dim and value_dim are set",
+                conflicts_with=("num_heads",))
         for name in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise ValueError(f"ModelConfig.{name} must be a number in [0, 1), got {value!r}")
+                raise ModelConfigError(name, f"must be a number in [0, 1), got {value!r}")
         if self.layer_norm_epsilon <= 0:
-            raise ValueError(
-                f"ModelConfig.layer_norm_epsilon must be positive, got {self.layer_norm_epsilon!r}")
+            raise ModelConfigError("layer_norm_epsilon",
+                                   f"must be positive, got {self.layer_norm_epsilon!r}")
         if self.positional_encoding not in POSITIONAL_ENCODINGS:
-            raise ValueError(f"ModelConfig.positional_encoding must be one of "
-                             f"{POSITIONAL_ENCODINGS}, got {self.positional_encoding!r}")
+            raise ModelConfigError("positional_encoding", f"must be one of {POSITIONAL_ENCODINGS}, "
+                                   f"got {self.positional_encoding!r}")
         _require_type(self, "norm_first", bool)
         _require_type(self, "pad_id", int)
         if not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(f"ModelConfig.pad_id must be in [0, vocab_size), got {self.pad_id!r}")
+            raise ModelConfigError("pad_id", f"must be in [0, vocab_size), got {self.pad_id!r}",
+                                   conflicts_with=("vocab_size",))
 
     @property
     def head_key_dim(self) -> int:
@@ -97,7 +105,7 @@ def _require_type(config: ModelConfig, name: str, kind: type) -> None:
     value = getattr(config, name)
     valid = _is_int(value) if kind is int else isinstance(value, kind)
     if not valid:
-        raise ValueError(f"ModelConfig.{name} must be {kind.__name__}, got {value!r}")
+        raise ModelConfigError(name, f"must be {kind.__name__}, got {value!r}")
 
 
 # Table 3 of the paper: base and big (d_k = d_v = d_model / h = 64 in both); tiny and small

@@ -11,6 +11,7 @@ The model is reached only through a scoring function::
 
 n is the batch for greedy search and batch * beam (batch-major: row b * beam + k) for beam
 search. `initial_cache` always has leading dimension batch; beam search tiles it.
+`keras_transformer.translate.decode_sources` runs them over a Transformer.
 
     greedy_search(fn, initial_cache, max_decode_lengths, *, bos_id, eos_id, pad_id=0)
         -> ids int32 [batch, time], scores float32 [batch]
@@ -28,11 +29,11 @@ counting the generated tokens including EOS (`length_penalty`).
 Beam search keeps tensor2tensor's alive and finished sets of `beam_size` hypotheses, both fed
 from the 2 * beam_size best extensions of the alive set; as in fairseq, a hypothesis is
 finished only from among the beam_size best extensions. Beam size 1 is greedy search (as in
-tensor2tensor and OpenNMT), its score length-penalised like a beam's. A sentence stops when its finished set is full and its best alive log-probability
-divided by the penalty at its maximum length (a bound on anything the alive set can still
-reach for alpha >= 0) cannot beat its worst finished score, or when it reaches its maximum
-length; the loop stops when every sentence has. Beam search is exact when beam_size covers
-every extension at every step.
+tensor2tensor and OpenNMT), its score length-penalised like a beam's. A sentence stops when
+its finished set is full and its best alive log-probability divided by the penalty at its
+maximum length (a bound on anything the alive set can still reach for alpha >= 0) cannot beat
+its worst finished score, or when it reaches its maximum length; the loop stops when every
+sentence has. Beam search is exact when beam_size covers every extension at every step.
 A finished slot that was never filled holds score NEG_INF; a sentence whose finished set is
 empty (a maximum length of 0) returns its alive hypotheses.
 
@@ -179,10 +180,14 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
 
 
 def _output_lengths(ids: tf.Tensor, max_lengths: tf.Tensor, eos_id: int) -> tf.Tensor:
-    """Generated tokens per row of ids [batch, time], EOS included; max length without EOS."""
-    is_eos = tf.cast(tf.equal(ids, eos_id), tf.int32)  # [batch, time]
-    first_eos = tf.argmax(is_eos, axis=1, output_type=tf.int32) + 1  # [batch]
-    return tf.where(tf.reduce_any(is_eos > 0, axis=1), first_eos, max_lengths)
+    """Generated tokens per row of ids [batch, time], EOS included; max length without EOS.
+    An EOS is appended so that no reduction runs over an empty time axis (a batch whose
+    maximum lengths are all 0)."""
+    batch = tf.shape(ids)[0]
+    ended = tf.concat([ids, tf.fill([batch, 1], eos_id)], axis=1)  # [batch, time + 1]
+    first_eos = tf.argmax(tf.cast(tf.equal(ended, eos_id), tf.int32), axis=1,
+                          output_type=tf.int32) + 1  # [batch], time + 1 without EOS
+    return tf.minimum(first_eos, max_lengths)
 
 
 def _beam_done(state: BeamState, max_lengths: tf.Tensor, alpha: float) -> tf.Tensor:

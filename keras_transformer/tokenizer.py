@@ -3,24 +3,28 @@
 One SentencePiece model file drives training, evaluation and the exported graphs. It is
 trained with identity normalization (but for one rule, see NORMALIZATION_RULES) and byte
 fallback, so `detokenize(tokenize(text))` gives back any text whose whitespace is single spaces,
-with none leading or trailing (every corpus is cleaned so), character for character: no Unicode
-normalization, no unknown token.
+with none leading or trailing (every corpus is cleaned so; `tokenize` reads any run of
+whitespace as one space), character for character: no Unicode normalization, no unknown token.
 Token ids: PAD_ID 0, UNK_ID 1, BOS_ID 2, EOS_ID 3.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+BYTE_PIECES = ("<0x0A>", "<0x0D>", "<0x20>")  # line break, carriage return, space
+WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a piece that starts a word
 VOCAB_TYPES = ("bpe", "unigram")
 # Identity normalization but for one rule, the noncharacter U+FFFF -> U+FFFD: a model without
 # any rule (normalization_rule_name "identity") has an empty charsmap, for which the
@@ -66,7 +70,17 @@ def vocabulary(model_proto: bytes) -> list[tuple[str, float]]:
 
 
 class Tokenizer(tf.Module):
-    """In-graph SentencePiece (tensorflow-text) from the model's bytes; TF Serving safe.
+    """In-graph SentencePiece (tensorflow-text) from the model's bytes, shared by training,
+    validation and the exported graphs.
+
+    Built only from ops that TF Serving ships (SentencepieceOp, SentencepieceTokenizeOp,
+    SentencepieceDetokenizeOp and core TF ops) and that tf2onnx converts: tokenization to
+    onnxruntime-extensions' SentencepieceTokenizer, detokenization (with the handler in
+    `export.onnx`) to its SentencepieceDecoder, which decodes one sequence only. So `detokenize`
+    decodes the batch as one sequence, each row after a line break, and splits it at the line
+    breaks; a line break or carriage return that the model generates becomes a space (a
+    translation is one line). A Tokenizer holds no TensorFlow state: it can be made inside a
+    traced function, which then holds the SentencePiece model.
 
     Example:
         >>> tokenizer = Tokenizer.from_file("runs/demo/vocab/spm.model")
@@ -77,7 +91,9 @@ class Tokenizer(tf.Module):
     def __init__(self, model_proto: bytes, name: str | None = None):
         super().__init__(name=name)
         self.model_proto = model_proto
-        self.vocab_size = spm.SentencePieceProcessor(model_proto=model_proto).get_piece_size()
+        processor = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.vocab_size = processor.get_piece_size()
+        self.tables = DecodingTables.of(processor)
 
     def _sentencepiece(self) -> tf_text.SentencepieceTokenizer:
         """The tensorflow-text op, made at each call (once per trace in a tf.function): an eager
@@ -90,26 +106,71 @@ class Tokenizer(tf.Module):
         """The tokenizer of a .model file written by `train_sentencepiece`."""
         return cls(Path(path).read_bytes())
 
-    def tokenize(self, text: tf.Tensor, *, add_bos: bool = False,
-                 add_eos: bool = False) -> tf.RaggedTensor:
-        """Strings [batch] -> int32 ids [batch, (time)], optionally framed by BOS / EOS."""
-        ids = self._sentencepiece().tokenize(text)  # [batch, (time)]
-        if not (add_bos or add_eos):
-            return ids
+    def tokenize(self, text: tf.Tensor, *, add_bos: bool = False, add_eos: bool = False,
+                 max_length: int | None = None) -> tf.RaggedTensor:
+        """Strings [batch] -> int32 ids [batch, (time)]: the pieces of each line, whitespace runs
+        (tabs, line breaks) read as one space, optionally framed by BOS / EOS and cut to
+        `max_length` ids, BOS and EOS kept (the pieces cut)."""
+        text = tf.strings.regex_replace(text, r"\s+", " ")  # [batch]
+        pieces = self._sentencepiece().tokenize(text)  # [batch, (pieces)]
+        frame = int(add_bos) + int(add_eos)
+        if not frame and max_length is None:
+            return pieces
         # Framed densely, padded with EOS (a row's first pad is its EOS): a ragged concat on
         # axis 1 transposes int64 row indices, which oneDNN's graph rewrite logs as an error.
+        padded = pieces.to_tensor(EOS_ID)  # [batch, pieces]
+        lengths = pieces.row_lengths()  # [batch]
+        if max_length is not None:
+            padded = padded[:, :max_length - frame]  # [batch, <= max_length - frame]
+            lengths = tf.minimum(lengths, max_length - frame)
         batch = tf.shape(text)[0]
-        parts = ([tf.fill([batch, 1], BOS_ID)] * add_bos + [ids.to_tensor(EOS_ID)]
-                 + [tf.fill([batch, 1], EOS_ID)] * add_eos)  # [batch, 1 | time]
-        lengths = ids.row_lengths() + int(add_bos) + int(add_eos)  # [batch]
-        return tf.RaggedTensor.from_tensor(tf.concat(parts, axis=1), lengths=lengths)
+        parts = ([tf.fill([batch, 1], BOS_ID)] * add_bos + [padded]
+                 + [tf.fill([batch, 1], EOS_ID)] * add_eos)  # [batch, 1 | pieces]
+        return tf.RaggedTensor.from_tensor(tf.concat(parts, axis=1), lengths=lengths + frame)
 
     def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
-        """Ids [batch, time] -> strings [batch]: stops at each row's first EOS and skips
-        PAD and BOS, so padded or beam-search output decodes as is."""
+        """Ids [batch, time] -> strings [batch], as SentencePiece decodes each row read up to
+        its first EOS (control pieces such as PAD and BOS give nothing; byte pieces that form no
+        valid UTF-8 give U+FFFD), so padded or beam-search output decodes as is."""
         if isinstance(ids, tf.RaggedTensor):
             ids = ids.to_tensor(default_value=PAD_ID)
+        tables = self.tables
         ids = tf.cast(ids, tf.int32)  # [batch, time]
         before_eos = tf.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1, exclusive=True) == 0
-        keep = before_eos & (ids != EOS_ID) & (ids != PAD_ID) & (ids != BOS_ID)  # [batch, time]
-        return self._sentencepiece().detokenize(tf.ragged.boolean_mask(ids, keep))  # [batch]
+        ids = tf.where(before_eos, ids, PAD_ID)  # [batch, time]: PAD (decoded as "") after EOS
+        ids = tf.where((ids == tables.line_break) | (ids == tables.carriage_return),
+                       tables.space, ids)
+        framed = tf.concat([tf.fill([tf.shape(ids)[0], 1], tables.line_break), ids], axis=1)
+        flat = tf.reshape(framed, [-1])  # [batch * (1 + time)]
+        one_row = tf.RaggedTensor.from_row_splits(flat, tf.stack([0, tf.size(flat)]),
+                                                  validate=False)  # [1, (batch * (1 + time))]
+        text = self._sentencepiece().detokenize(one_row)  # [1]: "\n" row "\n" row ...
+        lines = tf.strings.split(text, sep="\n").flat_values[1:]  # [batch]
+        # SentencePiece drops the word-boundary space of a row's first visible piece.
+        visible = ~tf.gather(tf.constant(tables.control), ids)  # [batch, time]
+        first = visible & (tf.cumsum(tf.cast(visible, tf.int32), axis=1, exclusive=True) == 0)
+        strip = tf.reduce_any(first & tf.gather(tf.constant(tables.word_start), ids), axis=1)
+        return tf.where(strip, tf.strings.regex_replace(lines, "^ ", ""), lines)  # [batch]
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingTables:
+    """What `Tokenizer.detokenize` reads of a SentencePiece model with byte fallback: the ids
+    of the line break, carriage return and space byte pieces, and by id whether a piece is a
+    control piece (decoded as "") and whether it starts with the word-boundary mark."""
+
+    line_break: int
+    carriage_return: int
+    space: int
+    control: np.ndarray  # bool [vocab]
+    word_start: np.ndarray  # bool [vocab]
+
+    @classmethod
+    def of(cls, processor: spm.SentencePieceProcessor) -> DecodingTables:
+        ids = [processor.piece_to_id(piece) for piece in BYTE_PIECES]
+        if [processor.id_to_piece(i) for i in ids] != list(BYTE_PIECES):
+            raise ValueError("the SentencePiece model has no byte-fallback pieces")
+        vocab = range(processor.get_piece_size())
+        return cls(*ids, control=np.array([processor.is_control(i) for i in vocab]),
+                   word_start=np.array([processor.id_to_piece(i).startswith(WORD_BOUNDARY)
+                                        for i in vocab]))

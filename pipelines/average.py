@@ -18,11 +18,11 @@ import numpy as np
 
 from keras_transformer.tokenizer import Tokenizer
 from pipelines import InputError
-from pipelines.checkpoints import (CHECKPOINT_NAME, averaged_prefix, checkpoint_dir,
-                                   checkpoint_step, model_checkpoint, replace_directory,
+from pipelines.checkpoints import (checkpoint_step, model_checkpoint, replace_directory,
                                    restore_model, training_checkpoints)
 from pipelines.config import PipelineConfig
-from pipelines.train import build_model
+from pipelines.models import build_model
+from pipelines.paths import CHECKPOINT_NAME, RunPaths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,13 +48,13 @@ def average(config: PipelineConfig, last: int | None = None) -> AverageSummary:
     Raises:
         InputError: the run has no checkpoint.
     """
-    run = config.run_path
+    paths = RunPaths(config.run_path)
     requested = last or config.train.average_last
-    prefixes = training_checkpoints(run)[-requested:]
+    prefixes = training_checkpoints(paths)[-requested:]
     if not prefixes:
-        raise InputError(f"{checkpoint_dir(run)}: no checkpoints; run `keras-transformer "
+        raise InputError(f"{paths.checkpoints}: no checkpoints; run `keras-transformer "
                          f"train` first")
-    vocab_size = Tokenizer.from_file(run / "vocab" / "spm.model").vocab_size
+    vocab_size = Tokenizer.from_file(paths.spm_model).vocab_size
     model = build_model(config, vocab_size)
     averaged = [v for v in model.weights if keras.backend.is_float_dtype(v.dtype)]
     sums = [np.zeros(v.shape, np.float64) for v in averaged]
@@ -65,8 +65,8 @@ def average(config: PipelineConfig, last: int | None = None) -> AverageSummary:
     for total, variable in zip(sums, averaged):
         variable.assign((total / len(prefixes)).astype(variable.dtype))
 
-    target = averaged_prefix(run)
-    temporary = Path(tempfile.mkdtemp(prefix=".averaged-", dir=checkpoint_dir(run)))
+    target = paths.averaged
+    temporary = Path(tempfile.mkdtemp(prefix=".averaged-", dir=paths.checkpoints))
     model_checkpoint(model).write(str(temporary / CHECKPOINT_NAME))
     (temporary / "averaged.json").write_text(json.dumps(
         {"checkpoints": [Path(p).name for p in prefixes],

@@ -1,6 +1,6 @@
-"""A run's checkpoints: checkpoints/ckpt-STEP (the model and the optimizer, whose iteration
-count is the step and drives the learning-rate schedule) and checkpoints/averaged/ckpt (the
-model alone).
+"""A run's checkpoints: checkpoints/ckpt-STEP (the model, the optimizer, whose iteration
+count is the step and drives the learning-rate schedule, and the training clock) and
+checkpoints/averaged/ckpt (the model alone); `CheckpointSaver` writes the training ones.
 
 Never half-written: TF writes a checkpoint's data and index files under temporary names and
 renames them once complete, then tf.train.CheckpointManager rewrites the `checkpoint` index
@@ -12,23 +12,20 @@ temporary directory renamed into place.
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import keras
 import tensorflow as tf
 
 from pipelines import InputError
+from pipelines.paths import CHECKPOINT_NAME, RunPaths
+from pipelines.strategy import any_worker, is_chief, task_id
 
-CHECKPOINT_NAME = "ckpt"
-
-
-def checkpoint_dir(run_path: Path) -> Path:
-    return run_path / "checkpoints"
-
-
-def averaged_prefix(run_path: Path) -> Path:
-    """The averaged model's checkpoint prefix, `checkpoints/averaged/ckpt`."""
-    return checkpoint_dir(run_path) / "averaged" / CHECKPOINT_NAME
+if TYPE_CHECKING:
+    from pipelines.budget import TrainingClock
+    from pipelines.config import TrainConfig
 
 
 def make_manager(checkpoint: tf.train.Checkpoint, directory: Path,
@@ -38,9 +35,9 @@ def make_manager(checkpoint: tf.train.Checkpoint, directory: Path,
                                       checkpoint_name=CHECKPOINT_NAME)
 
 
-def training_checkpoints(run_path: Path) -> list[str]:
+def training_checkpoints(paths: RunPaths) -> list[str]:
     """Prefixes of the run's kept training checkpoints, oldest first."""
-    state = tf.train.get_checkpoint_state(str(checkpoint_dir(run_path)))
+    state = tf.train.get_checkpoint_state(str(paths.checkpoints))
     return list(state.all_model_checkpoint_paths) if state else []
 
 
@@ -76,13 +73,63 @@ def replace_directory(new: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def default_checkpoint(run_path: Path) -> str:
+def default_checkpoint(paths: RunPaths) -> str:
     """The averaged checkpoint if there is one, else the latest training checkpoint."""
-    averaged = averaged_prefix(run_path)
-    if Path(f"{averaged}.index").exists():
-        return str(averaged)
-    checkpoints = training_checkpoints(run_path)
+    if paths.averaged_index.exists():
+        return str(paths.averaged)
+    checkpoints = training_checkpoints(paths)
     if not checkpoints:
-        raise InputError(f"{run_path / 'checkpoints'}: no checkpoint; run "
-                         f"`keras-transformer train` first")
+        raise InputError(f"{paths.checkpoints}: no checkpoint; run `keras-transformer train` "
+                         f"first")
     return checkpoints[-1]
+
+
+class CheckpointSaver:
+    """Checkpoints of the model, its optimizer (whose iterations are the step) and the training
+    clock, by steps and minutes. Under MultiWorkerMirroredStrategy every worker saves (saving
+    may need collectives), the chief into checkpoints/, the others into a temporary directory
+    removed at once."""
+
+    def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer,
+                 clock: TrainingClock, strategy: tf.distribute.Strategy, settings: TrainConfig,
+                 paths: RunPaths) -> None:
+        self.model, self.optimizer, self.clock = model, optimizer, clock
+        self.strategy, self.settings = strategy, settings
+        self.directory = paths.checkpoints
+        self.chief = is_chief(strategy)
+        write_dir = self.directory if self.chief else self.directory / f".{task_id(strategy)}"
+        self.manager = make_manager(model_checkpoint(model, optimizer=optimizer, clock=clock),
+                                    write_dir, settings.keep_checkpoints)
+        self.latest: str | None = tf.train.latest_checkpoint(str(self.directory))
+        self.last_save = time.monotonic()
+
+    def restore(self) -> int:
+        """Restores the latest checkpoint, if any; returns its step (0 without one)."""
+        if self.latest is None:
+            return 0
+        weights = model_checkpoint(self.model, optimizer=self.optimizer)
+        weights.restore(self.latest).assert_existing_objects_matched()
+        # Checkpoints of versions without a clock still resume: their time is not known.
+        tf.train.Checkpoint(clock=self.clock).restore(self.latest).expect_partial()
+        step = int(self.optimizer.iterations.numpy())
+        if step != checkpoint_step(self.latest):
+            raise RuntimeError(f"{self.latest} holds step {step}, not "
+                               f"{checkpoint_step(self.latest)}")
+        self.clock.restored()
+        return step
+
+    def due(self, step: int, every_steps: int) -> bool:
+        minutes = self.settings.checkpoint_every_minutes
+        if every_steps and step % every_steps == 0:
+            return True
+        elapsed = time.monotonic() - self.last_save
+        return bool(minutes) and any_worker(self.strategy, elapsed >= 60 * minutes)
+
+    def save(self, step: int) -> None:
+        self.clock.before_save()
+        path = self.manager.save(checkpoint_number=step)
+        self.last_save = time.monotonic()
+        if self.chief:
+            self.latest = path
+        else:
+            shutil.rmtree(self.manager.directory, ignore_errors=True)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from export import ExportError
 from pipelines import InputError
 from pipelines.config import load_config
 from pipelines.run import STAGE_NAMES
@@ -24,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="The Transformer of 'Attention Is All You Need' as an NMT pipeline.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     prepare = commands.add_parser(
-        "prepare", help="corpus -> runs/NAME/data/{train,dev,test}.{src,tgt} + vocab/spm.model")
+        "prepare", help="corpus -> runs/NAME/data/ (train shards, dev, test) + vocab/spm.model")
     prepare.add_argument("config", help="a pipeline YAML file or a builtin name (demo)")
     prepare.set_defaults(handler=_prepare)
     train = commands.add_parser(
@@ -83,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "translate":  # which may run on ONNX Runtime, without TensorFlow
             import_tensorflow_quietly()
         return args.handler(args)
-    except InputError as error:
+    except (InputError, ExportError) as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
         return 2
 
@@ -118,7 +119,7 @@ def _average(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from export.pipeline import export_run
+    from pipelines.export import export_run
 
     formats = args.format.split(",") if args.format else None
     print(export_run(load_config(args.config), formats, args.checkpoint).format())

@@ -1,12 +1,11 @@
-"""YAML pipeline config -> validated frozen dataclasses, with errors naming file, line and key.
+"""The pipeline config: YAML -> validated frozen dataclasses (see pipelines.yaml_dataclasses),
+with errors naming file, line and key.
 
 A config is a YAML mapping: `name` (the run name), optional `run_dir` (default `runs/NAME`,
 relative to the working directory) and one section per stage. Each section is a frozen
 dataclass and one field of `PipelineConfig`: adding a section is one dataclass plus one field.
-Validation is generic over dataclass fields (str, int, float, bool, Path, Literal, Optional,
-tuple[X, ...], nested dataclasses); a `Path` field that is relative resolves against the
-directory of the config file. Semantic checks live in each dataclass's `__post_init__`: a
-`FieldError` names its key, any other `ValueError` is reported against the section.
+A relative `Path` resolves against the directory of the config file. The whole config is
+checked when it loads, the model's hyperparameters by keras_transformer.config.ModelConfig.
 
 Example:
     >>> config = load_config("demo")
@@ -17,33 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-import yaml
-
+from keras_transformer.config import ModelConfig, ModelConfigError
 from keras_transformer.precision import resolve_dtype
-from pipelines import InputError
 from pipelines.shards import MAX_SHARDS
-from pipelines.sources import check_source_spec
+from pipelines.source_spec import check_source_spec
+from pipelines.yaml_dataclasses import ConfigError, FieldError, load_yaml
 
 BUILTIN_CONFIGS = Path(__file__).with_name("configs")  # package data: pipelines/configs/*.yaml
-T = TypeVar("T")
 EXPORT_FORMATS = ("saved_model", "onnx")
-
-
-class ConfigError(InputError):
-    """An invalid pipeline config; the message starts with `FILE:LINE: KEY:`."""
-
-
-class FieldError(ValueError):
-    """Raised by a dataclass `__post_init__` to blame one of its fields."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(message)
-        self.key = key
+VOCABULARY_FIELDS = ("vocab_size", "pad_id")  # ModelConfig fields set by the run's tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,50 +106,48 @@ class DataConfig:
                 raise FieldError(key, "the languages of bible:SRC-TGT come from the source")
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelSection:
-    """The `model` section: a preset of keras_transformer.config (tiny, small, base, big), any of
-    its fields overridden (None keeps the preset's value), and the Keras dtype policy (`auto`:
-    chosen for the machine each stage runs on, see `resolved_dtype`).
+def _optional_model_fields() -> list[tuple[str, Any, None]]:
+    """ModelConfig's fields but the vocabulary's, each optional: (name, type | None, None)."""
+    hints = typing.get_type_hints(ModelConfig)
+    return [(field.name, hints[field.name] | None, None)
+            for field in dataclasses.fields(ModelConfig) if field.name not in VOCABULARY_FIELDS]
 
-    The vocabulary size comes from the run's SentencePiece model. The full check of the
-    merged fields (e.g. d_model divisible by num_heads) runs when the model is built.
+
+ModelOverrides = dataclasses.make_dataclass("ModelOverrides", _optional_model_fields(),
+                                            frozen=True, namespace={"__module__": __name__})
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSection(ModelOverrides):
+    """The `model` section: a preset of keras_transformer.config (tiny, small, base, big), any
+    ModelConfig field overridden (None keeps the preset's value; ModelConfig checks the merged
+    fields) and the Keras dtype policy (`auto`: chosen for the machine each stage runs on, see
+    `resolved_dtype`). The vocabulary comes from the run's tokenizer, made by `prepare`: until
+    then the checks use ModelConfig's default vocab_size, which only pad_id's depends on.
     """
 
     preset: Literal["tiny", "small", "base", "big"] = "base"
     dtype: Literal["auto", "float32", "mixed_bfloat16", "mixed_float16"] = "auto"
-    num_encoder_layers: int | None = None
-    num_decoder_layers: int | None = None
-    d_model: int | None = None
-    d_ff: int | None = None
-    num_heads: int | None = None
-    key_dim: int | None = None
-    value_dim: int | None = None
-    dropout: float | None = None
-    attention_dropout: float | None = None
-    relu_dropout: float | None = None
-    label_smoothing: float | None = None
-    norm_first: bool | None = None
-    positional_encoding: Literal["sinusoidal", "learned"] | None = None
-    max_length: int | None = None  # positions the model supports, at least data.max_length
-    layer_norm_epsilon: float | None = None
 
     def __post_init__(self) -> None:
-        for key in ("num_encoder_layers", "num_decoder_layers", "d_model", "d_ff", "num_heads",
-                    "key_dim", "value_dim", "max_length"):
-            if getattr(self, key) is not None and getattr(self, key) < 1:
-                raise FieldError(key, f"must be positive, got {getattr(self, key)!r}")
-        for key in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
-            if getattr(self, key) is not None and not 0 <= getattr(self, key) < 1:
-                raise FieldError(key, f"must be in [0, 1), got {getattr(self, key)!r}")
-        if self.layer_norm_epsilon is not None and self.layer_norm_epsilon <= 0:
-            raise FieldError("layer_norm_epsilon",
-                             f"must be positive, got {self.layer_norm_epsilon!r}")
+        try:
+            self.model_config()
+        except ModelConfigError as error:
+            set_here = [name for name in error.fields if name in self.overrides()]
+            if not set_here:
+                raise
+            raise FieldError(set_here[0], str(error)) from None
 
     def overrides(self) -> dict[str, Any]:
         """The ModelConfig fields set in this section."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
-                if field.name not in ("preset", "dtype") and getattr(self, field.name) is not None}
+        return {field.name: getattr(self, field.name)
+                for field in dataclasses.fields(ModelOverrides)
+                if getattr(self, field.name) is not None}
+
+    def model_config(self, **vocabulary: int) -> ModelConfig:
+        """The preset with this section's overrides and `vocabulary` (vocab_size, pad_id: the
+        run's tokenizer's; default ModelConfig's)."""
+        return ModelConfig.from_preset(self.preset, **vocabulary, **self.overrides())
 
     def resolved_dtype(self) -> tuple[str, str]:
         """(the Keras dtype policy on this machine, why): `auto` resolved and an explicit policy
@@ -278,6 +261,11 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
             raise FieldError("name", f"must be letters, digits, '.', '_' or '-', got {self.name!r}")
+        model_length = self.model.model_config().max_length
+        if model_length < self.data.max_length:
+            key = "model.max_length" if self.model.max_length is not None else "data.max_length"
+            raise FieldError(key, f"model.max_length ({model_length}) must be at least "
+                             f"data.max_length ({self.data.max_length})")
 
     @property
     def run_path(self) -> Path:
@@ -309,111 +297,3 @@ def load_config(path_or_name: str | Path) -> PipelineConfig:
     """
     return load_yaml(resolve_config_path(path_or_name), PipelineConfig)
 
-
-def load_yaml(path: Path, cls: type[T]) -> T:
-    """Reads a YAML mapping into the dataclass `cls`, validating every key against its type."""
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw.count(b"\n", 0, error.start) + 1
-        raise ConfigError(f"{path}:{line}: not valid UTF-8") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: invalid YAML: {getattr(error, 'problem', error)}") from None
-    lines: dict[str, int] = {}
-    if node is not None:
-        _key_lines(node, "", lines)
-    return _Builder(path, lines).build(cls, data, "")
-
-
-def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
-    """Records the 1-based line of every key path (`data.vocab_size`, `a.b[2]`) under a node."""
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
-            lines[key] = key_node.start_mark.line + 1
-            _key_lines(value_node, key, lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            lines[f"{prefix}[{index}]"] = item.start_mark.line + 1
-            _key_lines(item, f"{prefix}[{index}]", lines)
-
-
-@dataclasses.dataclass
-class _Builder:
-    """Converts plain YAML data into dataclasses, checking every value against its type."""
-
-    path: Path
-    lines: dict[str, int]
-
-    def error(self, key: str, message: str) -> ConfigError:
-        probe = key
-        while probe and probe not in self.lines:
-            probe = probe.rpartition(".")[0]
-        where = f"{self.path}:{self.lines[probe]}" if probe else f"{self.path}:1"
-        return ConfigError(f"{where}: {key or '(top level)'}: {message}")
-
-    def build(self, cls: type, data: Any, key: str) -> Any:
-        if not isinstance(data, dict):
-            raise self.error(key, f"expected a mapping of {cls.__name__} keys, got {data!r}")
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-        hints = typing.get_type_hints(cls)
-        join = (lambda name: f"{key}.{name}") if key else (lambda name: str(name))
-        for name in data:
-            if name not in fields:
-                raise self.error(join(name), f"unknown key; expected one of {', '.join(fields)}")
-        for name, field in fields.items():
-            required = (field.default is dataclasses.MISSING
-                        and field.default_factory is dataclasses.MISSING)
-            if required and name not in data:
-                raise self.error(join(name), "missing required key")
-        values = {name: self.convert(hints[name], value, join(name))
-                  for name, value in data.items()}
-        try:
-            return cls(**values)
-        except FieldError as error:
-            raise self.error(join(error.key), str(error)) from None
-        except ValueError as error:
-            raise self.error(key, str(error)) from None
-
-    def convert(self, hint: Any, value: Any, key: str) -> Any:
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-        if dataclasses.is_dataclass(hint):
-            return self.build(hint, value, key)
-        if origin in (typing.Union, types.UnionType):
-            if value is None and type(None) in args:
-                return None
-            options = [arg for arg in args if arg is not type(None)]
-            if len(options) == 1:
-                return self.convert(options[0], value, key)
-            for option in options:
-                try:
-                    return self.convert(option, value, key)
-                except ConfigError:
-                    continue
-            raise self.error(key, f"expected one of {options}, got {value!r}")
-        if origin is Literal:
-            if value not in args:
-                raise self.error(key, f"expected one of {', '.join(map(str, args))}, got {value!r}")
-            return value
-        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-            if not isinstance(value, list):
-                raise self.error(key, f"expected a list, got {value!r}")
-            return tuple(self.convert(args[0], item, f"{key}[{i}]") for i, item in enumerate(value))
-        if hint is Any:
-            return value
-        if hint is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if hint is Path and isinstance(value, str):
-            return Path(value) if Path(value).is_absolute() else self.path.parent / value
-        if hint in (str, int, float, bool) and type(value) is hint:
-            return value
-        if hint in (str, int, float, bool, Path):
-            expected = "a path" if hint is Path else hint.__name__
-            raise self.error(key, f"expected {expected}, got {value!r}")
-        raise TypeError(f"{key}: unsupported config field type {hint!r}")

@@ -12,6 +12,7 @@ import sacrebleu
 from pipelines import InputError
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open, read_lines, write_lines_atomic
+from pipelines.paths import RunPaths
 
 SPLITS = ("dev", "test")
 
@@ -56,38 +57,33 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, flo
 
 def evaluate(config: PipelineConfig, checkpoint: str | None = None,
              split: str = "test") -> EvaluationReport:
-    """Translates data/SPLIT.src with the checkpoint (default: `checkpoints.default_checkpoint`) and scores
-    it against data/SPLIT.tgt; writes eval/SPLIT.hyp and eval/SPLIT.json, each whole."""
-    from export.translator import Translator
-    from pipelines.inference import load_model_for_inference
+    """Translates data/SPLIT.src with the checkpoint (default: the averaged one, else the
+    latest) and scores it against data/SPLIT.tgt; writes eval/SPLIT.hyp and eval/SPLIT.json,
+    each whole."""
+    from pipelines.models import load_model_for_inference, run_translator
 
     if split not in SPLITS:
         raise InputError(f"unknown split {split!r}; choose one of {list(SPLITS)}")
-    run = config.run_path
-    sources, references = (_split_lines(run / "data" / f"{split}.{side}")
-                           for side in ("src", "tgt"))
+    paths = RunPaths(config.run_path)
+    source_path, reference_path = paths.split(split)
+    sources, references = _split_lines(source_path), _split_lines(reference_path)
     # Decoding runs in the config's dtype policy (`auto` resolved for this machine): bfloat16
     # matmuls are several times faster than float32 on CPUs with AMX and on GPUs.
     model, checkpoint = load_model_for_inference(config, checkpoint,
                                                  config.model.resolved_dtype()[0])
-    spm_model_proto = (run / "vocab" / "spm.model").read_bytes()
     settings = config.evaluate
-    translator = Translator(model, spm_model_proto, beam_size=settings.beam_size,
-                            alpha=settings.alpha, max_source_length=config.data.max_length,
-                            extra_length=settings.extra_length)
+    translator = run_translator(config, model)
     start = time.perf_counter()
     hypotheses = translator.translate_lines(sources, batch_size=settings.batch_size)
     seconds = time.perf_counter() - start
-    eval_dir = run / "eval"
-    eval_dir.mkdir(parents=True, exist_ok=True)
-    hypotheses_path = eval_dir / f"{split}.hyp"
+    hypotheses_path = paths.hypotheses(split)
     write_lines_atomic(hypotheses_path, hypotheses)
     report = EvaluationReport(
         split=split, checkpoint=str(checkpoint), sentences=len(sources),
         **corpus_scores(hypotheses, references), beam_size=settings.beam_size,
         alpha=settings.alpha, seconds=seconds, hypotheses=str(hypotheses_path),
-        references=str(run / "data" / f"{split}.tgt"))
-    with atomic_open(eval_dir / f"{split}.json", "w") as file:
+        references=str(reference_path))
+    with atomic_open(paths.scores(split), "w") as file:
         json.dump(dataclasses.asdict(report), file, indent=2)
         file.write("\n")
     return report

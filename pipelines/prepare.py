@@ -22,6 +22,7 @@ from pathlib import Path
 from keras_transformer.tokenizer import Tokenizer, train_sentencepiece, vocabulary
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open, write_lines_atomic
+from pipelines.paths import RunPaths
 from pipelines.progress import PassProgress
 from pipelines.shards import is_shard_file, shard_stem, write_manifest
 from pipelines.sources import open_source
@@ -64,7 +65,7 @@ class PrepareSummary:
             f"  pairs     {pairs}  ({self.shards} train shard{'s' * (self.shards > 1)})",
             f"  dropped   {dropped}",
             f"  vocab     {self.vocab_size:,} shared {self.vocab_type} pieces "
-            f"({self.run_dir / 'vocab' / 'spm.model'})",
+            f"({RunPaths(self.run_dir).spm_model})",
             f"  {sample}:",
             f"  too long  {self.too_long:,} train pair(s) over {self.max_length} tokens "
             f"(skipped when batching)",
@@ -84,10 +85,10 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
     """
     start = time.monotonic()
     data = config.data
-    data_dir, vocab_dir = config.run_path / "data", config.run_path / "vocab"
-    _remove_staging(data_dir)
+    paths = RunPaths(config.run_path)
+    _remove_staging(paths.data)
     source = open_source(data)
-    staging = data_dir / f"{STAGING_PREFIX}{os.getpid()}"
+    staging = paths.data / f"{STAGING_PREFIX}{os.getpid()}"
     progress = PassProgress()
     try:
         splits = write_splits(source, data, staging, progress.update)
@@ -99,10 +100,11 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
                                           character_coverage=data.character_coverage,
                                           max_sentences=2 * data.vocab_max_sentences,
                                           seed=data.seed)
-        with atomic_open(staging / "spm.model", "wb") as file:
+        staged_model = staging / paths.spm_model.name
+        with atomic_open(staged_model, "wb") as file:
             file.write(model_proto)
-        too_long, avg_tokens, efficiency = _measure(splits, staging / "spm.model", config)
-        _publish(staging, data_dir, vocab_dir, splits, model_proto)
+        too_long, avg_tokens, efficiency = _measure(splits, staged_model, config)
+        _publish(staging, paths, splits, model_proto)
     finally:
         progress.close()
         shutil.rmtree(staging, ignore_errors=True)
@@ -127,21 +129,20 @@ def _measure(splits: Splits, model: Path, config: PipelineConfig
     return too_long, avg_tokens, stats.padding_efficiency
 
 
-def _publish(staging: Path, data_dir: Path, vocab_dir: Path, splits: Splits,
-             model_proto: bytes) -> None:
+def _publish(staging: Path, paths: RunPaths, splits: Splits, model_proto: bytes) -> None:
     """Moves the split files into data/, writes the vocabulary, then the train manifest, then
     removes shards of an earlier prepare that the manifest no longer lists."""
     count = len(splits.shard_pairs)
     names = [f"{shard_stem(i, count)}.{side}" for i in range(count) for side in ("src", "tgt")]
-    names += [f"{split}.{side}" for split in ("dev", "test") for side in ("src", "tgt")]
+    names += [path.name for split in ("dev", "test") for path in paths.split(split)]
     for name in names:
-        os.replace(staging / name, data_dir / name)
-    vocab_dir.mkdir(parents=True, exist_ok=True)
-    os.replace(staging / "spm.model", vocab_dir / "spm.model")
-    write_lines_atomic(vocab_dir / "spm.vocab",
+        os.replace(staging / name, paths.data / name)
+    paths.vocab.mkdir(parents=True, exist_ok=True)
+    os.replace(staging / paths.spm_model.name, paths.spm_model)
+    write_lines_atomic(paths.spm_vocab,
                        (f"{piece}\t{score:g}" for piece, score in vocabulary(model_proto)))
-    write_manifest(data_dir, splits.shard_pairs)
-    for path in data_dir.iterdir():
+    write_manifest(paths.data, splits.shard_pairs)
+    for path in paths.data.iterdir():
         if is_shard_file(path) and path.name not in names:
             path.unlink()
 

@@ -2,10 +2,12 @@
 when its outputs are newer than its inputs and its part of the config is unchanged.
 
 A stage that completes writes runs/NAME/stages/STAGE.json with a fingerprint of the config
-sections it reads; a stage is up to date when that stamp matches, all its outputs exist, and
-the oldest output is newer than the newest input (the previous stage's outputs). So a rerun of
-a finished run does nothing, and deleting a stage's outputs reruns that stage and whatever
-reads them.
+values it reads (changing `train.average_last` reruns average, not train); a stage is up to
+date when that stamp matches, all its outputs exist, and the oldest output is newer than the
+newest input (the previous stage's outputs). Inputs and outputs come from the run's map
+(`pipelines.paths.RunPaths`) and the config (the export formats chosen). So a rerun of a
+finished run does nothing, and deleting a stage's outputs reruns that stage and whatever reads
+them.
 """
 from __future__ import annotations
 
@@ -14,29 +16,26 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open
-from pipelines.shards import MANIFEST
+from pipelines.paths import RunPaths
 
-SPLIT_FILES = [f"data/{MANIFEST}"] + [f"data/{split}.{side}" for split in ("dev", "test")
-                                      for side in ("src", "tgt")]
-VOCAB = "vocab/spm.model"
-LATEST_CHECKPOINT = "checkpoints/checkpoint"
-AVERAGED = "checkpoints/averaged/ckpt.index"
+Files = Callable[[PipelineConfig, RunPaths], list[Path]]
 
 
 @dataclasses.dataclass(frozen=True)
 class Stage:
-    """One pipeline stage: what it reads (run-relative paths and config sections), what it
-    writes, and the function doing it (returning text to print)."""
+    """One pipeline stage: the config it reads (sections, or `section.field`, less `ignores`),
+    the run files it reads and writes, and the function doing it (returning text to print)."""
 
     name: str
-    sections: tuple[str, ...]
-    inputs: Callable[[PipelineConfig], list[str]]
-    outputs: Callable[[PipelineConfig], list[str]]
+    keys: tuple[str, ...]
+    inputs: Files
+    outputs: Files
     action: Callable[[PipelineConfig], str]
+    ignores: tuple[str, ...] = ()
 
 
 def _prepare(config: PipelineConfig) -> str:
@@ -48,9 +47,10 @@ def _prepare(config: PipelineConfig) -> str:
 def _train(config: PipelineConfig) -> str:
     from pipelines.train import train
 
-    summary = train(config)
-    with atomic_open(config.run_path / "logs" / "train_summary.json", "w") as file:
-        json.dump(dataclasses.asdict(summary), file, indent=2, default=str)
+    summary, path = train(config), RunPaths(config.run_path).train_summary
+    if summary.step > summary.start_step or not path.exists():  # a run with nothing to do
+        with atomic_open(path, "w") as file:  # keeps the summary of the run that trained
+            json.dump(dataclasses.asdict(summary), file, indent=2, default=str)
     return summary.format()
 
 
@@ -67,48 +67,73 @@ def _evaluate(config: PipelineConfig) -> str:
 
 
 def _export(config: PipelineConfig) -> str:
-    from export.pipeline import export_run
+    from pipelines.export import export_run
 
     return export_run(config).format()
 
 
+def _prepared(config: PipelineConfig, paths: RunPaths) -> list[Path]:
+    return [paths.train_manifest, *paths.split("dev"), *paths.split("test"), paths.spm_model]
+
+
+def _exported(config: PipelineConfig, paths: RunPaths) -> list[Path]:
+    """The files of each configured format: the newest SavedModel version's graph, the ONNX
+    models."""
+    from export.versions import latest_version
+
+    files = []
+    if "saved_model" in config.export.formats:
+        version = latest_version(paths.saved_model)
+        files += [(version or paths.saved_model / "VERSION") / "saved_model.pb",
+                  paths.models_config]
+    if "onnx" in config.export.formats:
+        files += [paths.onnx / "model.onnx", paths.onnx / "translator.onnx"]
+    return files
+
+
 STAGES = (
-    Stage("prepare", ("data",), lambda c: [], lambda c: SPLIT_FILES + [VOCAB], _prepare),
-    Stage("train", ("data", "model", "train"), lambda c: SPLIT_FILES + [VOCAB],
-          lambda c: [LATEST_CHECKPOINT], _train),
-    Stage("average", ("train",), lambda c: [LATEST_CHECKPOINT], lambda c: [AVERAGED], _average),
-    Stage("evaluate", ("model", "evaluate"),
-          lambda c: [AVERAGED, VOCAB] + [f"data/{s}.{side}" for s in c.evaluate.splits
-                                         for side in ("src", "tgt")],
-          lambda c: [f"eval/{split}.json" for split in c.evaluate.splits], _evaluate),
-    Stage("export", ("model", "evaluate", "export"), lambda c: [AVERAGED, VOCAB],
-          lambda c: ["export/saved_model", "export/onnx/model.onnx",
-                     "export/onnx/translator.onnx"], _export),
+    Stage("prepare", ("data",), lambda c, p: [], _prepared, _prepare,
+          ignores=("data.batch_tokens", "data.shuffle_buffer")),
+    Stage("train", ("data", "model", "train"), _prepared, lambda c, p: [p.checkpoint_index],
+          _train, ignores=("train.average_last",)),
+    Stage("average", ("train.average_last",), lambda c, p: [p.checkpoint_index],
+          lambda c, p: [p.averaged_index], _average),
+    Stage("evaluate", ("model", "evaluate", "data.max_length"),
+          lambda c, p: [p.averaged_index, p.spm_model] + [
+              path for split in c.evaluate.splits for path in p.split(split)],
+          lambda c, p: [p.scores(split) for split in c.evaluate.splits], _evaluate),
+    Stage("export", ("model", "evaluate.beam_size", "evaluate.alpha", "evaluate.extra_length",
+                     "data.max_length", "export"),
+          lambda c, p: [p.averaged_index, p.spm_model], _exported, _export),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 
 
-def fingerprint(config: PipelineConfig, sections: tuple[str, ...]) -> str:
-    """A hash of the config sections a stage reads."""
-    values = {name: dataclasses.asdict(getattr(config, name)) for name in sections
-              if hasattr(config, name)}
+def fingerprint(config: PipelineConfig, stage: Stage) -> str:
+    """A hash of the config values a stage reads."""
+    values: dict[str, Any] = {}
+    for key in stage.keys:
+        section, _, field = key.partition(".")
+        value = dataclasses.asdict(getattr(config, section))
+        values[key] = value[field] if field else {
+            name: item for name, item in value.items() if f"{section}.{name}" not in stage.ignores}
     text = json.dumps(values, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def stale_reason(config: PipelineConfig, stage: Stage) -> str | None:
     """Why `stage` must run, or None when it is up to date."""
-    run = config.run_path
-    stamp = run / "stages" / f"{stage.name}.json"
+    paths = RunPaths(config.run_path)
+    stamp = paths.stamp(stage.name)
     if not stamp.exists():
         return "never completed"
-    if json.loads(stamp.read_text()).get("config") != fingerprint(config, stage.sections):
-        return f"config changed ({', '.join(stage.sections)})"
-    outputs = [run / path for path in stage.outputs(config)]
+    if json.loads(stamp.read_text()).get("config") != fingerprint(config, stage):
+        return f"config changed ({', '.join(stage.keys)})"
+    outputs = stage.outputs(config, paths)
     missing = [str(path) for path in outputs if not path.exists()]
     if missing:
         return f"missing {missing[0]}"
-    inputs = [run / path for path in stage.inputs(config)]
+    inputs = stage.inputs(config, paths)
     newest_input = max((path.stat().st_mtime for path in inputs if path.exists()), default=0)
     if min(path.stat().st_mtime for path in outputs) < newest_input:
         return "inputs are newer than outputs"
@@ -132,10 +157,8 @@ def run(config: PipelineConfig, *, start: str | None = None, only: str | None = 
         echo(f"[{stage.name}] running ({reason})")
         began = time.perf_counter()
         echo(stage.action(config))
-        stamp = config.run_path / "stages" / f"{stage.name}.json"
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_open(stamp, "w") as file:
-            json.dump({"config": fingerprint(config, stage.sections),
+        with atomic_open(RunPaths(config.run_path).stamp(stage.name), "w") as file:
+            json.dump({"config": fingerprint(config, stage),
                        "seconds": round(time.perf_counter() - began, 1)}, file)
         ran.append(stage.name)
     return ran
@@ -144,35 +167,36 @@ def run(config: PipelineConfig, *, start: str | None = None, only: str | None = 
 def report(config: PipelineConfig, examples: int = 3) -> str:
     """What a run produced: scores, training speed, exported files, and the first test
     sentences translated by each exported runtime."""
-    from export.loading import RUNTIMES, open_translator
+    from export.loading import RUNTIME_FORMATS, open_translator
 
-    run_path = config.run_path
-    lines = [f"run {config.name} ({run_path})"]
+    paths = RunPaths(config.run_path)
+    lines = [f"run {config.name} ({paths.root})"]
     for split in config.evaluate.splits:
-        scores_path = run_path / "eval" / f"{split}.json"
-        if scores_path.exists():
-            scores = json.loads(scores_path.read_text())
+        if paths.scores(split).exists():
+            scores = json.loads(paths.scores(split).read_text())
             lines.append(f"  {split:<9} BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
                          f"(beam {scores['beam_size']}, {scores['sentences']:,} sentences, "
                          f"{scores['seconds']:.0f} s)")
-    summary_path = run_path / "logs" / "train_summary.json"
-    if summary_path.exists():
-        summary = json.loads(summary_path.read_text())
+    if paths.train_summary.exists():
+        summary = json.loads(paths.train_summary.read_text())
         budget = (f", ended by its {summary['budget_minutes']:g}-minute budget"
                   if summary.get("ended_by") == "budget" else "")
         lines.append(f"  training  {summary['tokens_per_second']:,.0f} target tokens/s, "
                      f"{summary['step']:,} steps in {summary['seconds'] / 60:.1f} min{budget}")
-    export_dir = run_path / "export"
-    if not export_dir.exists():
+    runtimes = [runtime for runtime, format_ in RUNTIME_FORMATS.items()
+                if format_ in config.export.formats and paths.export.exists()]
+    if not runtimes:
         return "\n".join(lines)
-    lines.append(f"  exports   {export_dir / 'saved_model'} (TF Serving base path, "
-                 f"{export_dir / 'models.config'})")
-    lines.append(f"            {export_dir / 'onnx'}/{{model,translator}}.onnx")
-    with open(run_path / "data" / "test.src", encoding="utf-8") as file:
+    if "saved_model" in config.export.formats:
+        lines.append(f"  exports   {paths.saved_model} (TF Serving base path, "
+                     f"{paths.models_config})")
+    if "onnx" in config.export.formats:
+        lines.append(f"  exports   {paths.onnx}/{{model,translator}}.onnx")
+    with open(paths.split("test")[0], encoding="utf-8") as file:
         sources = [line.rstrip("\n") for line, _ in zip(file, range(examples))]
-    translations = {runtime: open_translator(export_dir, runtime).translate_lines(sources)
-                    for runtime in RUNTIMES}
+    translations = {runtime: open_translator(paths.export, runtime).translate_lines(sources)
+                    for runtime in runtimes}
     for index, source in enumerate(sources):
         lines.append(f"  source    {source}")
-        lines += [f"  {runtime:<9} {translations[runtime][index]}" for runtime in RUNTIMES]
+        lines += [f"  {runtime:<9} {translations[runtime][index]}" for runtime in runtimes]
     return "\n".join(lines)

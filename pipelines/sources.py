@@ -17,12 +17,11 @@ import codecs
 import collections
 import dataclasses
 import itertools
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from pipelines import CorpusError
-from pipelines.bible import BIBLES, bible_pairs
+from pipelines.bible import bible_pairs
 from pipelines.files import clean_text
 
 if TYPE_CHECKING:
@@ -65,24 +64,6 @@ class Source:
     given: dict[str, Callable[[], Iterator[Pair]]]
     dropped: dict[str, int]
     meter: Meter
-
-
-def check_source_spec(spec: str) -> str | None:
-    """The problem with a `data.source` value, or None when it is well formed."""
-    kind, _, rest = spec.partition(":")
-    if kind == "files" and not rest:
-        return None
-    if kind == "bible":
-        src, _, tgt = rest.partition("-")
-        if src in BIBLES and tgt in BIBLES and src != tgt:
-            return None
-        return (f"unknown builtin corpus; builtins are bible:SRC-TGT with two of "
-                f"{', '.join(BIBLES)} (e.g. bible:en-fr, bible:en-de, bible:en-es)")
-    if kind == "tfds":
-        if re.fullmatch(r"[\w.-]+(/[\w.-]+)?(:[\w.]+)?", rest):
-            return None
-        return "expected tfds:NAME/CONFIG, e.g. tfds:wmt14_translate/de-en"
-    return "expected bible:SRC-TGT, tfds:NAME/CONFIG or files"
 
 
 def open_source(data: DataConfig) -> Source:

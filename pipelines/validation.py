@@ -1,4 +1,5 @@
-"""Validation during training: dev loss over the dev split, and greedy dev BLEU (sacrebleu).
+"""Validation during training: dev loss over the dev split, and greedy dev BLEU (sacrebleu), at
+their intervals (`Validator`).
 
 Both run on the model as it stands, outside any replica context (with a distribution strategy
 they read the first replica's variables), compiled once for any batch shape.
@@ -6,19 +7,25 @@ they read the first replica's variables), compiled once for any batch shape.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer.decoding import greedy_search
 from keras_transformer.losses import label_smoothed_cross_entropy
 from keras_transformer.model import Transformer
-from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from keras_transformer.tokenizer import PAD_ID, Tokenizer
+from keras_transformer.translate import decode_sources, source_length_limit
+from pipelines.budget import Recipe
+from pipelines.config import PipelineConfig
+from pipelines.data import make_dataset
 from pipelines.files import read_lines
+from pipelines.paths import RunPaths
+from pipelines.progress import Progress
+from pipelines.tensorboard import write_scalars
 
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32)
-EXTRA_DECODE_LENGTH = 50  # the paper's maximum output length: input length + 50
 DECODE_BATCH = 64  # sentences per greedy decoding batch
 
 
@@ -58,23 +65,29 @@ class DevLoss:
 
 class DevBleu:
     """Corpus BLEU of greedy translations of the first `max_sentences` dev pairs against the
-    raw references, detokenized by the SentencePiece model (sacrebleu's default 13a).
+    raw references, detokenized by the SentencePiece model (sacrebleu's default 13a). Sources
+    are read as `evaluate` reads them (`keras_transformer.translate.decode_sources`): cut to
+    `max_source_length` tokens, and a line with no piece translates to the empty string.
 
     Args:
         model: the Transformer.
         tokenizer: the run's shared tokenizer.
         src_path, tgt_path: the dev split, one sentence a line.
         max_sentences: pairs scored.
+        max_source_length: source tokens kept, EOS included (default and at most the model's
+            max_length).
     """
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, src_path: str | Path,
-                 tgt_path: str | Path, max_sentences: int) -> None:
+                 tgt_path: str | Path, max_sentences: int,
+                 max_source_length: int | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         sources = read_lines(src_path, max_sentences)
         self.references = read_lines(tgt_path, max_sentences)
-        ids = tokenizer.tokenize(tf.constant(sources), add_eos=True)  # [n, (src_len)]
-        lengths = ids.row_lengths().numpy()
+        ids = tokenizer.tokenize(tf.constant(sources, tf.string), add_eos=True,
+                                 max_length=source_length_limit(model, max_source_length))
+        lengths = ids.row_lengths().numpy()  # [n]
         self.order = sorted(range(len(sources)), key=lambda i: lengths[i])  # similar lengths
         self.batches = [tf.gather(ids, self.order[i:i + DECODE_BATCH]).to_tensor(PAD_ID)
                         for i in range(0, len(sources), DECODE_BATCH)]  # [batch, src_len]
@@ -95,15 +108,48 @@ class DevBleu:
 
     def _greedy(self, source_ids: tf.Tensor) -> tf.Tensor:
         """[batch, src_len] -> target ids [batch, time] (EOS then PAD after each sentence)."""
-        memory, memory_mask = self.model.encode(source_ids, training=False)
-        cache = self.model.init_cache(memory, memory_mask)
-        source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [b]
-        max_lengths = tf.minimum(source_lengths + EXTRA_DECODE_LENGTH,
-                                 self.model.model_config.max_length)  # [b]
+        target_ids, _ = decode_sources(self.model, source_ids)
+        return target_ids
 
-        def next_logits(ids: tf.Tensor, step: tf.Tensor, cache: dict) -> tuple[tf.Tensor, dict]:
-            return self.model.decode_step(ids[:, -1], step, cache)  # [b, vocab]
 
-        ids, _ = greedy_search(next_logits, cache, max_lengths, bos_id=BOS_ID, eos_id=EOS_ID,
-                               pad_id=PAD_ID)
-        return ids
+class Validator:
+    """Dev loss and dev BLEU at their intervals and at the last step (chief only)."""
+
+    def __init__(self, config: PipelineConfig, model: Transformer, tokenizer: Tokenizer) -> None:
+        self.settings = config.train
+        paths, data = RunPaths(config.run_path), config.data
+        src, tgt = paths.split("dev")
+        has_dev = src.is_file() and tgt.is_file()
+        self.loss = self.bleu = None
+        if has_dev and self.settings.validate_every_steps:
+            self.loss = DevLoss(model, make_dataset(
+                [(src, tgt)], paths.spm_model, shuffle=False,
+                batch_tokens=data.batch_tokens, max_length=data.max_length))
+        if has_dev and self.settings.bleu_every_steps:
+            self.bleu = DevBleu(model, tokenizer, src, tgt, self.settings.bleu_max_sentences,
+                                max_source_length=data.max_length)
+        self.dev_loss: float | None = None
+        self.dev_bleu: float | None = None
+        self.loss_seconds = self.bleu_seconds = 0.0  # the last runs' durations
+
+    @property
+    def seconds(self) -> float:
+        """What the final validation is expected to take (0 before any has run)."""
+        return self.loss_seconds + self.bleu_seconds
+
+    def maybe_run(self, step: int, last: bool, recipe: Recipe, writer: tf.summary.SummaryWriter,
+                  progress: Progress) -> None:
+        if self.loss is not None and (last or step % recipe.validate_every_steps == 0):
+            started = time.monotonic()
+            self.dev_loss, perplexity = self.loss()
+            self.loss_seconds = time.monotonic() - started
+            write_scalars(writer, step, {"dev/loss": self.dev_loss, "dev/perplexity": perplexity})
+            progress.message(f"step {step:,}: dev loss {self.dev_loss:.4f}, "
+                             f"perplexity {perplexity:.2f}")
+        if self.bleu is not None and (last or step % recipe.bleu_every_steps == 0):
+            started = time.monotonic()
+            self.dev_bleu = self.bleu()
+            self.bleu_seconds = time.monotonic() - started
+            write_scalars(writer, step, {"dev/bleu": self.dev_bleu})
+            progress.message(f"step {step:,}: dev BLEU {self.dev_bleu:.2f} (greedy, "
+                             f"{len(self.bleu.references)} sentences)")

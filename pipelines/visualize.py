@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding import greedy_search
 from keras_transformer.model import Transformer
-from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, vocabulary
+from keras_transformer.tokenizer import BOS_ID, PAD_ID, Tokenizer, vocabulary
+from keras_transformer.translate import decode_sources, source_length_limit
+from pipelines import InputError
 from pipelines.files import atomic_open
 
 KINDS = ("encoder_self_attention", "decoder_self_attention", "encoder_decoder_attention")
-EXTRA_DECODE_LENGTH = 50  # the paper's maximum output length: input length + 50
 
 
 @dataclasses.dataclass
@@ -41,17 +41,17 @@ class AttentionMaps:
         }[kind]
 
 
-def attention_maps(model: Transformer, tokenizer: Tokenizer, sentence: str) -> AttentionMaps:
-    """Translates `sentence` greedily, then reads the attention weights of the pair."""
+def attention_maps(model: Transformer, tokenizer: Tokenizer, sentence: str,
+                   max_source_length: int | None = None) -> AttentionMaps:
+    """Translates `sentence` greedily, cut to `max_source_length` tokens as `translate` cuts
+    it (default and at most the model's max_length), then reads the attention weights of the
+    pair. A sentence with no piece (translated to nothing) is refused."""
     pieces = [piece for piece, _ in vocabulary(tokenizer.model_proto)]
-    source_ids = tokenizer.tokenize(tf.constant([sentence]), add_eos=True).to_tensor()  # [1, s]
-    memory, memory_mask = model.encode(source_ids)
-    max_length = min(int(source_ids.shape[1]) + EXTRA_DECODE_LENGTH,
-                     model.model_config.max_length)
-    target_ids, _ = greedy_search(
-        lambda ids, step, cache: model.decode_step(ids[:, -1], step, cache),
-        model.init_cache(memory, memory_mask), tf.constant([max_length]),
-        bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
+    source_ids = tokenizer.tokenize(tf.constant([sentence]), add_eos=True, max_length=(
+        source_length_limit(model, max_source_length))).to_tensor()  # [1, source]
+    if source_ids.shape[1] == 1:  # EOS alone
+        raise InputError(f"nothing to translate in {sentence!r}")
+    target_ids, _ = decode_sources(model, source_ids)  # [1, time]
     target = [int(i) for i in target_ids[0].numpy() if i != PAD_ID]  # ends with EOS if any
     decoder_input = tf.constant([[BOS_ID] + target[:-1]])  # [1, t]
     weights = model.attention_weights(source_ids, decoder_input)
@@ -101,5 +101,6 @@ def visualize(model_dir: Path, sentence: str, output_dir: Path) -> list[Path]:
 
     _, version_dir = resolve_export(model_dir, "tf")
     translator = SavedModelTranslator(version_dir).rebuild()
-    maps = attention_maps(translator.model, Tokenizer(translator.spm_model_proto), sentence)
+    maps = attention_maps(translator.model, Tokenizer(translator.spm_model_proto), sentence,
+                          translator.max_source_length)
     return plot_attention(maps, output_dir)

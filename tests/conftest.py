@@ -50,7 +50,7 @@ def export_config(export_translator, tmp_path_factory: pytest.TempPathFactory) -
 @pytest.fixture(scope="session")
 def exported(export_config):
     """`export_run` of that run: a SavedModel version and the ONNX models (about 30 s)."""
-    from export.pipeline import export_run
+    from pipelines.export import export_run
 
     return export_run(load_config(export_config))
 

@@ -14,10 +14,11 @@ import yaml
 
 from export.translator import Translator
 from keras_transformer import ModelConfig, Transformer
-from keras_transformer.decoding import beam_search
 from keras_transformer.losses import label_smoothed_cross_entropy
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_sentencepiece
-from pipelines.checkpoints import averaged_prefix, model_checkpoint
+from keras_transformer.translate import decode_sources
+from pipelines.checkpoints import model_checkpoint
+from pipelines.paths import RunPaths
 
 WORDS = ("sun moon star tree river stone bird fish cloud rain wind fire snow leaf root seed "
          "hill lake road door été château naïve").split()
@@ -81,7 +82,7 @@ def write_run(directory: Path, translator: Translator) -> Path:
     for name in ("train.src", "train.tgt"):
         (run / "data" / name).write_text("\n".join(corpus(20)) + "\n", encoding="utf-8")
     (run / "data" / "dev.src").write_text("\n".join(SENTENCES[:3]) + "\n", encoding="utf-8")
-    model_checkpoint(translator.model).write(str(averaged_prefix(run)))
+    model_checkpoint(translator.model).write(str(RunPaths(run).averaged))
     train_split = {"src": str(run / "data" / "train.src"), "tgt": str(run / "data" / "train.tgt")}
     config = {"name": "tiny", "run_dir": str(run),
               "data": {"source": "files", "train": train_split, "max_length": 40,
@@ -99,17 +100,11 @@ def source_ids(model_proto: bytes, sentences: list[str]) -> np.ndarray:
     return ids.to_tensor(PAD_ID).numpy()
 
 
-def keras_beam_search(model: Transformer, source: np.ndarray, beam_size: int,
-                      extra_length: int = 50) -> tuple[np.ndarray, np.ndarray]:
-    """Eager beam search with the model's own encode / init_cache / decode_step."""
-    memory, memory_mask = model.encode(tf.constant(source), training=False)
-    lengths = np.sum(source != PAD_ID, axis=1)
-    ids, scores = beam_search(
-        lambda ids, step, cache: model.decode_step(ids[:, -1], step, cache),
-        model.init_cache(memory, memory_mask),
-        tf.constant(np.minimum(lengths + extra_length, model.model_config.max_length), tf.int32),
-        beam_size=beam_size, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
-    return ids.numpy()[:, 0], scores.numpy()[:, 0]
+def keras_beam_search(model: Transformer, source: np.ndarray,
+                      beam_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Eager (Keras-level) `decode_sources`: best target ids [batch, time], score [batch]."""
+    ids, scores = decode_sources(model, tf.constant(source), beam_size=beam_size)
+    return ids.numpy(), scores.numpy()
 
 
 def output_lengths(target_ids: np.ndarray) -> list[int]:

@@ -9,10 +9,10 @@ import pytest
 
 from pipelines import InputError
 from pipelines.average import average
-from pipelines.checkpoints import (averaged_prefix, checkpoint_dir, make_manager,
-                                   model_checkpoint, restore_model)
+from pipelines.checkpoints import make_manager, model_checkpoint, restore_model
 from pipelines.config import load_config
-from pipelines.train import build_model
+from pipelines.models import build_model
+from pipelines.paths import RunPaths
 from tiny_run import make_tiny_run
 
 
@@ -33,7 +33,7 @@ def _save_random_checkpoints(config, steps: list[int]) -> list[list[np.ndarray]]
     optimizer = paper_optimizer(model.model_config.d_model)
     optimizer.build(model.trainable_variables)
     manager = make_manager(model_checkpoint(model, optimizer=optimizer),
-                           checkpoint_dir(config.run_path), keep=5)
+                           RunPaths(config.run_path).checkpoints, keep=5)
     rng = np.random.default_rng(0)
     saved = []
     for step in steps:
@@ -55,7 +55,7 @@ def test_average_is_the_elementwise_mean_of_the_last_n(config) -> None:
     saved = _save_random_checkpoints(config, [10, 20, 30, 40])
     summary = average(config, last=3)
     assert [Path(p).name for p in summary.checkpoints] == ["ckpt-20", "ckpt-30", "ckpt-40"]
-    assert summary.path == averaged_prefix(config.run_path)
+    assert summary.path == RunPaths(config.run_path).averaged
     model = build_model(config, _vocab_size(config))
     restore_model(model, summary.path)
     for restored, *values in zip(_float_weights(model), *saved[1:]):
@@ -69,7 +69,7 @@ def test_average_is_the_elementwise_mean_of_the_last_n(config) -> None:
     restore_model(model, summary.path)
     np.testing.assert_allclose(_float_weights(model)[0], (saved[2][0] + saved[3][0]) / 2,
                                rtol=1e-6, atol=1e-6)
-    assert sorted(p.name for p in checkpoint_dir(config.run_path).iterdir() if p.is_dir()) \
+    assert sorted(p.name for p in RunPaths(config.run_path).checkpoints.iterdir() if p.is_dir()) \
         == ["averaged"]
 
 

@@ -1,12 +1,16 @@
 """pipelines/config.py: YAML -> validated dataclasses; errors name file, line, key and value."""
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
-from pipelines.config import (ConfigError, DataConfig, PipelineConfig, builtin_configs,
-                              load_config, load_yaml)
+from keras_transformer.config import ModelConfig
+from pipelines.config import (ConfigError, DataConfig, ModelSection, PipelineConfig,
+                              builtin_configs, load_config)
+from pipelines.yaml_dataclasses import load_yaml
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -45,6 +49,9 @@ data:
     assert config.data.max_length_ratio == 3.0 and isinstance(config.data.max_length_ratio, float)
 
 
+MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
+
+
 @pytest.mark.parametrize("body, where, key, value", [
     ("data:\n  source: bible:en-fr\n  vocab_sise: 8000\n", 4, "data.vocab_sise", "unknown key"),
     ("data:\n  source: bible:en-fr\n  vocab_size: lots\n", 4, "data.vocab_size", "'lots'"),
@@ -62,6 +69,23 @@ data:
      "either src and tgt, or tsv"),
     ("data:\n  vocab_size: 8000\n", 2, "data.source", "missing required key"),
     ("data: [1, 2]\n", 2, "data", "expected a mapping"),
+    (MODEL + "  preset: huge\n", 4, "model.preset", "'huge'"),
+    (MODEL + "  preset: tiny\n  num_heads: 0\n", 5, "model.num_heads", "must be positive, got 0"),
+    (MODEL + "  num_heads: 2.5\n", 4, "model.num_heads", "expected int, got 2.5"),
+    (MODEL + "  dropout: 1.5\n", 4, "model.dropout", "[0, 1), got 1.5"),
+    (MODEL + "  norm_first: 1\n", 4, "model.norm_first", "expected bool, got 1"),
+    (MODEL + "  positional_encoding: rotary\n", 4, "model.positional_encoding", "'rotary'"),
+    (MODEL + "  layer_norm_epsilon: 0\n", 4, "model.layer_norm_epsilon", "must be positive"),
+    (MODEL + "  vocab_size: 8000\n", 4, "model.vocab_size", "unknown key"),
+    (MODEL + "  pad_id: 1\n", 4, "model.pad_id", "unknown key"),
+    (MODEL + "  d_model: 100\n", 4, "model.d_model",
+     "(100) must be divisible by ModelConfig.num_heads (8)"),
+    (MODEL + "  preset: tiny\n  num_heads: 3\n", 5, "model.num_heads", "(64) must be divisible"),
+    (MODEL + "  d_model: 30\n  num_heads: 4\n", 4, "model.d_model", "(30) must be divisible"),
+    (MODEL + "  max_length: 100\n", 4, "model.max_length",
+     "model.max_length (100) must be at least data.max_length (128)"),
+    ("data:\n  source: bible:en-fr\n  max_length: 2000\n  batch_tokens: 4096\n", 4,
+     "data.max_length", "model.max_length (1024) must be at least data.max_length (2000)"),
 ])
 def test_bad_values_name_file_line_key_and_value(tmp_path, body, where, key, value):
     path = write(tmp_path, "name: demo\n" + body)
@@ -90,33 +114,34 @@ def test_bad_run_name(tmp_path):
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelSection:
-    preset: Literal["tiny", "base"] = "base"
-    dropout: float | None = None
+class SamplingSection:
+    method: Literal["greedy", "top_k"] = "greedy"
+    temperature: float | None = None
     sizes: tuple[int, ...] = ()
 
     def __post_init__(self):
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if self.temperature is not None and not 0 < self.temperature <= 2:
+            raise ValueError(f"temperature must be in (0, 2], got {self.temperature!r}")
 
 
 @dataclasses.dataclass(frozen=True)
 class ExtendedConfig(PipelineConfig):
-    model: ModelSection = ModelSection()
+    sampling: SamplingSection = SamplingSection()
 
 
 def test_a_new_section_is_one_dataclass_and_one_field(tmp_path):
-    path = write(tmp_path, "name: demo\ndata: {source: bible:en-fr}\nmodel:\n  preset: tiny\n"
-                           "  sizes: [1, 2]\n")
+    path = write(tmp_path, "name: demo\ndata: {source: bible:en-fr}\nsampling:\n"
+                           "  method: top_k\n  sizes: [1, 2]\n")
     config = load_yaml(path, ExtendedConfig)
-    assert config.model == ModelSection(preset="tiny", sizes=(1, 2))
-    assert isinstance(config.data, DataConfig)
-    with pytest.raises(ConfigError, match=rf"^{path}:5: model.sizes\[1\]: expected int, got 'x'"):
-        load_yaml(write(tmp_path, "name: d\ndata: {source: files, train: {tsv: t}}\nmodel:\n"
-                                  "  preset: tiny\n  sizes: [1, x]\n"), ExtendedConfig)
-    with pytest.raises(ConfigError, match=rf"^{path}:3: model: dropout must be in"):
-        load_yaml(write(tmp_path, "name: d\ndata: {source: bible:en-de}\nmodel:\n"
-                                  "  dropout: 2\n"), ExtendedConfig)
+    assert config.sampling == SamplingSection(method="top_k", sizes=(1, 2))
+    assert isinstance(config.data, DataConfig) and config.model == ModelSection()
+    with pytest.raises(ConfigError,
+                       match=rf"^{path}:5: sampling.sizes\[1\]: expected int, got 'x'"):
+        load_yaml(write(tmp_path, "name: d\ndata: {source: files, train: {tsv: t}}\nsampling:\n"
+                                  "  method: top_k\n  sizes: [1, x]\n"), ExtendedConfig)
+    with pytest.raises(ConfigError, match=rf"^{path}:3: sampling: temperature must be in"):
+        load_yaml(write(tmp_path, "name: d\ndata: {source: bible:en-de}\nsampling:\n"
+                                  "  temperature: 3\n"), ExtendedConfig)
 
 
 def test_model_dtype_defaults_to_auto_resolved_for_the_machine(tmp_path, monkeypatch):
@@ -136,3 +161,35 @@ def test_model_dtype_defaults_to_auto_resolved_for_the_machine(tmp_path, monkeyp
     with pytest.raises(ConfigError, match=r"^model\.dtype: mixed_bfloat16 would abort .*"
                                           r"ONEDNN_MAX_CPU_ISA=AVX2 .*`auto` or float32"):
         explicit.resolved_dtype()
+
+
+def test_the_model_section_overrides_model_config_fields():
+    model = load_config("demo").model
+    assert model.preset == "small" and model.overrides() == {"dropout": 0.1}
+    assert model.model_config(vocab_size=8000) == ModelConfig.from_preset(
+        "small", vocab_size=8000, dropout=0.1)
+    section_keys = {field.name for field in dataclasses.fields(ModelSection)}
+    config_keys = {field.name for field in dataclasses.fields(ModelConfig)}
+    assert section_keys == config_keys - {"vocab_size", "pad_id"} | {"preset", "dtype"}
+
+
+def test_a_long_data_max_length_needs_a_long_model_max_length(tmp_path):
+    text = "name: demo\ndata: {source: bible:en-fr, max_length: 2000, batch_tokens: 4096}\n"
+    model = load_config(write(tmp_path, text + "model: {max_length: 2000}\n")).model
+    assert model.model_config().max_length == 2000
+
+
+def test_the_cli_rejects_a_bad_model_field_in_one_line_without_tensorflow(tmp_path):
+    path = write(tmp_path, f"name: demo\n{MODEL}  preset: tiny\n  num_heads: 3\n")
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipelines.cli", "prepare",
+                           str(path)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    imported = [line.rpartition("|")[2].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")]
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert done.returncode == 2 and done.stdout == ""
+    assert errors == [f"keras-transformer prepare: error: {path}:5: model.num_heads: "
+                      "ModelConfig.d_model (64) must be divisible by ModelConfig.num_heads (3) "
+                      "unless key_dim and value_dim are set"]
+    assert "pipelines.config" in imported
+    assert not [name for name in imported if name.split(".")[0] == "tensorflow"]

@@ -122,6 +122,13 @@ def test_beam_1_equals_greedy(seed, alpha):
     np.testing.assert_allclose(beam_scores.numpy()[:, 0], expected, rtol=1e-6)
 
 
+def test_beam_1_with_maximum_lengths_all_0_decodes_nothing():
+    cache = make_cache(6, batch=2)
+    ids, scores = beam_search(PrefixTable(0, vocab=6).from_ids, cache, tf.constant([0, 0]),
+                              beam_size=1, bos_id=BOS, eos_id=EOS, pad_id=-1)
+    assert ids.shape == (2, 1, 0) and scores.numpy().tolist() == [[0.0], [0.0]]
+
+
 def test_cache_follows_its_beam():
     table = PrefixTable(5, vocab=7)
     cache = make_cache(7, batch=3)

@@ -1,6 +1,7 @@
 import pytest
 
 from keras_transformer import PRESETS, ModelConfig, Transformer
+from keras_transformer.config import ModelConfigError
 
 # Table 3 of the paper: N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls.
 TABLE_3 = {
@@ -32,17 +33,19 @@ def test_parameter_count_matches_paper(preset, low, high):
     assert low <= model.count_params() <= high
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (dict(d_model=100, num_heads=8), "num_heads"),
-    (dict(dropout=-0.1), "dropout"),
-    (dict(label_smoothing=1.5), "label_smoothing"),
-    (dict(vocab_size=0), "vocab_size"),
-    (dict(num_heads=2.5), "num_heads"),
-    (dict(positional_encoding="rotary"), "positional_encoding"),
+@pytest.mark.parametrize("overrides, field, fields", [
+    (dict(d_model=100, num_heads=8), "num_heads", ("d_model", "num_heads")),
+    (dict(dropout=-0.1), "dropout", ("dropout",)),
+    (dict(label_smoothing=1.5), "label_smoothing", ("label_smoothing",)),
+    (dict(vocab_size=0), "vocab_size", ("vocab_size",)),
+    (dict(num_heads=2.5), "num_heads", ("num_heads",)),
+    (dict(positional_encoding="rotary"), "positional_encoding", ("positional_encoding",)),
+    (dict(pad_id=9, vocab_size=9), "pad_id", ("pad_id", "vocab_size")),
 ])
-def test_bad_config_names_the_field(overrides, field):
-    with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
+def test_bad_config_names_the_field(overrides, field, fields):
+    with pytest.raises(ModelConfigError, match=f"ModelConfig.{field}") as error:
         ModelConfig.from_preset("tiny", **overrides)
+    assert error.value.fields == fields
 
 
 def test_unknown_preset_and_field():

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from pipelines.cli import main
-from pipelines.config import load_config
+from pipelines.config import PipelineConfig, load_config
+from pipelines.paths import RunPaths
 from pipelines.run import STAGE_NAMES, STAGES, report, run, stale_reason
 from pipelines.shards import train_shards
 
@@ -145,3 +146,43 @@ def test_report_shows_scores_speed_files_and_identical_runtime_translations(firs
     by_runtime = {runtime: [line[12:] for line in text if line.startswith(f"  {runtime:<9} ")]
                   for runtime in ("tf", "onnx")}
     assert len(by_runtime["tf"]) == 3 and by_runtime["tf"] == by_runtime["onnx"]
+
+
+def variant(tiny_config: Path, name: str, edit) -> PipelineConfig:
+    """The tiny config, same run directory, with `edit` applied to its YAML mapping."""
+    changed = yaml.safe_load(tiny_config.read_text())
+    edit(changed)
+    path = tiny_config.with_name(f"{name}.yaml")
+    path.write_text(yaml.safe_dump(changed))
+    return load_config(path)
+
+
+def test_each_stage_is_stale_only_for_the_keys_it_reads(first_run, tiny_config):
+    config, _ = first_run
+    stages = {stage.name: stage for stage in STAGES}
+    averaging = variant(tiny_config, "average3", lambda c: c["train"].update(average_last=2))
+    assert stale_reason(averaging, stages["train"]) is None
+    assert stale_reason(averaging, stages["average"]).startswith("config changed")
+    logging = variant(tiny_config, "logging", lambda c: c["train"].update(log_every_steps=5))
+    assert stale_reason(logging, stages["train"]).startswith("config changed")
+    summary = RunPaths(config.run_path).train_summary
+    before = summary.read_text()
+    assert run(logging, only="train", echo=lambda text: None) == ["train"]  # nothing to do
+    assert summary.read_text() == before  # the summary of the run that trained is kept
+
+
+def test_a_subset_of_export_formats(first_run, tiny_config):
+    config, _ = first_run
+    saved_model_only = variant(tiny_config, "saved_model_only",
+                               lambda c: c.setdefault("export", {}).update(formats=["saved_model"]))
+    shutil.rmtree(config.run_path / "export")
+    export = next(stage for stage in STAGES if stage.name == "export")
+    assert stale_reason(saved_model_only, export).startswith("config changed")
+    assert run(saved_model_only, only="export", echo=lambda text: None) == ["export"]
+    assert not (config.run_path / "export" / "onnx").exists()
+    assert stale_reason(saved_model_only, export) is None  # no ONNX expected
+    text = report(saved_model_only).splitlines()
+    assert sum(line.startswith("  tf        ") for line in text) == 3
+    assert not any("onnx" in line for line in text)
+    (config.run_path / "export" / "saved_model" / "1" / "saved_model.pb").unlink()
+    assert stale_reason(saved_model_only, export).startswith("missing")  # a version deleted

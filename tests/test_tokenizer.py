@@ -1,4 +1,6 @@
-"""keras_transformer/tokenizer.py: SentencePiece training and the lossless in-graph tokenizer."""
+"""keras_transformer/tokenizer.py: SentencePiece training and the lossless in-graph tokenizer,
+against SentencePiece itself."""
+import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
@@ -57,6 +59,19 @@ def test_tokenize_matches_sentencepiece_and_frames_with_bos_eos(model_proto):
     assert ragged.to_list() == [[BOS_ID], [BOS_ID] + expected[0]]
 
 
+@pytest.mark.parametrize("add_bos,add_eos", [(False, False), (False, True), (True, True)])
+def test_whitespace_runs_read_as_one_space_and_a_cut_keeps_bos_and_eos(model_proto, add_bos,
+                                                                        add_eos):
+    processor = spm.SentencePieceProcessor(model_proto=model_proto)
+    lines = ["The cat sings.", "", "   ", "The\tcat  sings \n now.\r", "The cat " * 2000]
+    ids = Tokenizer(model_proto).tokenize(tf.constant(lines), add_bos=add_bos, add_eos=add_eos,
+                                          max_length=12)
+    kept = 12 - add_bos - add_eos
+    assert ids.to_list() == [[BOS_ID] * add_bos + processor.encode(" ".join(line.split()))[:kept]
+                             + [EOS_ID] * add_eos for line in lines]
+    assert ids.row_lengths().numpy()[-1] == 12  # the 4,000-word line
+
+
 def test_normalization_is_identity_but_for_the_noncharacter_u_ffff(model_proto):
     spec = model_pb2.ModelProto.FromString(model_proto).normalizer_spec
     # A charsmap, so that tensorflow-text logs no "precompiled_charsmap is empty"; the rules
@@ -79,6 +94,38 @@ def test_detokenize_is_lossless_on_clean_text(model_proto):
     assert decoded == texts
 
 
+def test_detokenize_matches_sentencepiece_on_random_ids(model_proto):
+    """Random pieces, byte pieces included (invalid UTF-8 gives U+FFFD), decode row by row as
+    SentencePiece decodes them, up to the first EOS; generated line breaks become spaces."""
+    processor = spm.SentencePieceProcessor(model_proto=model_proto)
+    tokenizer = Tokenizer(model_proto)
+    line_break, carriage_return, space = (tokenizer.tables.line_break,
+                                          tokenizer.tables.carriage_return, tokenizer.tables.space)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(4, processor.get_piece_size(), size=(64, 12)).astype(np.int32)
+    ids[:8] = rng.integers(4, 4 + 256, size=(8, 12))  # byte pieces only
+    ids[8, 3] = EOS_ID
+    ids[9, 5:] = PAD_ID
+    ids[10, 2], ids[10, 4] = line_break, carriage_return
+    ids[11] = PAD_ID
+    ids[12, 0] = BOS_ID
+    decoded = [text.decode("utf-8") for text in tokenizer.detokenize(tf.constant(ids)).numpy()]
+    for row, text in zip(ids, decoded):
+        row = list(row[:list(row).index(EOS_ID)] if EOS_ID in row else row)
+        row = [space if i in (line_break, carriage_return) else i for i in row]
+        assert text == processor.decode(row)
+    assert decoded[11] == "" and "\n" not in "".join(decoded)
+    assert "\ufffd" in "".join(decoded[:8])
+
+
+def test_a_model_without_byte_fallback_is_refused(tmp_path):
+    (tmp_path / "text").write_text("abc def\n" * 50)
+    spm.SentencePieceTrainer.train(input=str(tmp_path / "text"), model_prefix=str(tmp_path / "m"),
+                                   vocab_size=10, minloglevel=2)
+    with pytest.raises(ValueError, match="byte-fallback"):
+        Tokenizer((tmp_path / "m.model").read_bytes())
+
+
 def test_detokenize_stops_at_eos_and_skips_pad_and_bos(model_proto):
     tokenizer = Tokenizer(model_proto)
     cat, dog = tokenizer.tokenize(tf.constant(["The cat", "a dog"])).to_list()
@@ -99,3 +146,18 @@ def test_from_file_and_graph_mode(tmp_path, model_proto):
         return tokenizer.detokenize(tokenizer.tokenize(text, add_bos=True, add_eos=True))
 
     assert round_trip(tf.constant(["Le chat chante."])).numpy().tolist() == [b"Le chat chante."]
+
+
+def test_a_tokenizer_made_inside_a_traced_function(model_proto):
+    """As the Translator makes it: the traced function alone holds the SentencePiece model."""
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def round_trip(text):
+        tokenizer = Tokenizer(model_proto)
+        return tokenizer.detokenize(tokenizer.tokenize(text, add_eos=True, max_length=4))
+
+    ops = {op.type for op in round_trip.get_concrete_function().graph.get_operations()}
+    assert {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"} <= ops
+    processor = spm.SentencePieceProcessor(model_proto=model_proto)
+    text = "Le chat chante dans le jardin."
+    assert round_trip(tf.constant([text])).numpy()[0].decode() == \
+        processor.decode(processor.encode(text)[:3])

@@ -19,7 +19,8 @@ import tensorflow as tf
 from keras_transformer.config import PRESETS
 from pipelines.checkpoints import checkpoint_step, training_checkpoints
 from pipelines.config import ConfigError, ModelSection, load_config
-from pipelines.train import TrainingDiverged, TrainingRun, build_model
+from pipelines.paths import RunPaths
+from pipelines.train import TrainingDiverged, TrainingRun
 from tiny_run import dataset_fn, make_tiny_run, synthetic_halves
 
 TESTS = Path(__file__).parent
@@ -82,7 +83,7 @@ def test_two_workers_finish_with_identical_weights_and_exit(tmp_path: Path) -> N
     for key in first.files:
         np.testing.assert_array_equal(first[key], second[key])
     checkpoints = tmp_path / "run" / "checkpoints"
-    assert [checkpoint_step(p) for p in training_checkpoints(tmp_path / "run")] == [10, 20]
+    assert [checkpoint_step(p) for p in training_checkpoints(RunPaths(tmp_path / "run"))] == [10, 20]
     assert not list(checkpoints.glob(".*"))  # the non-chief's temporary saves are gone
 
 
@@ -97,7 +98,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None:
-            kept = training_checkpoints(run_dir)
+            kept = training_checkpoints(RunPaths(run_dir))
             if kept and checkpoint_step(kept[-1]) >= 10:
                 break
             time.sleep(0.05)
@@ -105,8 +106,10 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
         process.wait(timeout=30)
     finally:
         process.kill()
-    assert process.returncode == -signal.SIGKILL
-    killed_at = checkpoint_step(training_checkpoints(run_dir)[-1])
+    assert process.returncode == -signal.SIGKILL, "train ended before it was killed"
+    kept = training_checkpoints(RunPaths(run_dir))
+    assert kept, "train saved no checkpoint within 120 s"
+    killed_at = checkpoint_step(kept[-1])
     assert 10 <= killed_at < 60
 
     result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=180)
@@ -114,7 +117,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     assert f"ckpt-{killed_at} at step {killed_at}" in result.stdout  # resumed, not from 0
     assert f"trained {run_dir} to step 60 (resumed at step {killed_at}" in result.stdout
     assert "dev BLEU" in result.stdout
-    assert checkpoint_step(training_checkpoints(run_dir)[-1]) == 60
+    assert checkpoint_step(training_checkpoints(RunPaths(run_dir))[-1]) == 60
     tags = {value.tag for path in (run_dir / "logs").glob("events.out.tfevents.*")
             for event in tf.compat.v1.train.summary_iterator(str(path))
             for value in event.summary.value}
@@ -159,7 +162,7 @@ def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(tmp_path: Pat
     embeddings.assign(np.full(embeddings.shape, np.nan, np.float32))
     with pytest.raises(TrainingDiverged, match=r"at step 7 .*ckpt-6"):
         second.run()
-    assert [checkpoint_step(p) for p in training_checkpoints(config.run_path)] == [3, 6]
+    assert [checkpoint_step(p) for p in training_checkpoints(RunPaths(config.run_path))] == [3, 6]
 
 
 def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
@@ -176,8 +179,8 @@ def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=rf"config.yaml:\d+: (model|train)\.{key}:"):
             load_config(config)
     config.write_text(text.replace("preset: tiny", "preset: tiny\n  d_model: 30"))
-    with pytest.raises(ConfigError, match="divisible"):
-        build_model(load_config(config), vocab_size=100)
+    with pytest.raises(ConfigError, match=r"config.yaml:\d+: model.d_model: .*divisible"):
+        load_config(config)
 
 
 def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_clock(
@@ -193,9 +196,9 @@ def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_cl
     first_ratio = summary.warmup_steps / 4000
     assert summary.learning_rate_scale == pytest.approx(first_ratio ** 0.5, rel=0.1)
     assert 0.4 * 60 < summary.seconds <= 0.5 * 60 + 5
-    assert checkpoint_step(training_checkpoints(config.run_path)[-1]) == summary.step
+    assert checkpoint_step(training_checkpoints(RunPaths(config.run_path))[-1]) == summary.step
     # The run goes on from the budget's last checkpoint: average, evaluate and export.
-    from export.pipeline import export_run
+    from pipelines.export import export_run
     from pipelines.average import average
     from pipelines.evaluate import evaluate
 

@@ -5,6 +5,7 @@ from PIL import Image
 
 from keras_transformer import ModelConfig, Transformer
 from keras_transformer.tokenizer import Tokenizer
+from pipelines import InputError
 from pipelines.visualize import KINDS, attention_maps, plot_attention
 
 
@@ -30,6 +31,18 @@ def test_attention_maps_have_one_row_per_query_and_sum_to_one(tiny_translator):
     decoder_self = maps.weights["decoder_self_attention"][0]
     assert np.all(np.triu(decoder_self[0], k=1) == 0)  # causal: nothing from the future
     assert 1 <= len(maps.target_pieces) <= 12  # stopped at EOS or the model's max length
+
+
+def test_a_long_sentence_is_cut_as_translate_cuts_it_and_an_empty_one_is_refused(
+        tiny_translator):
+    model, tokenizer = tiny_translator
+    sentence = "In the beginning God created the heavens. " * 100
+    for max_source_length, kept in [(None, 12), (5, 5)]:  # tiny_translator: max_length 12
+        maps = attention_maps(model, tokenizer, sentence, max_source_length)
+        assert len(maps.source_pieces) == kept and maps.source_pieces[-1] == "</s>"
+        assert maps.weights["encoder_self_attention"][0].shape[1:] == (kept, kept)
+    with pytest.raises(InputError, match="nothing to translate"):
+        attention_maps(model, tokenizer, " \t ")
 
 
 def test_plot_writes_a_png_per_kind_and_layer(tiny_translator, tmp_path):

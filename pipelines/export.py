@@ -4,7 +4,7 @@
     export/models.config            TF Serving's model config for it
     export/onnx/{model,translator}.onnx, spm.model, translator.json
 
-The model is restored in float32 (`pipelines.inference`) and decodes with the `evaluate`
+The model is restored in float32 (`pipelines.models`) and decodes with the `evaluate`
 section's settings (beam 4, alpha 0.6, source length + 50), a source cut to data.max_length
 tokens. The warm-up requests carry the first dev sentences. The ONNX directory is written
 under a temporary name and swapped in by renames, each SavedModel version by one rename.
@@ -20,16 +20,17 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import export
 from export.saved_model import WARMUP_TEXT, export_saved_model
-from export.translator import Translator
 from pipelines import InputError
 from pipelines.checkpoints import replace_directory
 from pipelines.config import EXPORT_FORMATS, PipelineConfig
 from pipelines.files import atomic_open
-from pipelines.inference import load_model_for_inference
+from pipelines.models import load_model_for_inference, run_translator
+from pipelines.paths import RunPaths
 
 WARMUP_SENTENCES = 4
-MODELS_CONFIG = Path(__file__).with_name("serving") / "models.config"
+MODELS_CONFIG = Path(export.__file__).with_name("serving") / "models.config"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,28 +71,24 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
                          f"choose from {', '.join(EXPORT_FORMATS)}")
     start = time.perf_counter()
     model, checkpoint = load_model_for_inference(config, checkpoint)
-    settings = config.evaluate
-    translator = Translator(model, (config.run_path / "vocab" / "spm.model").read_bytes(),
-                            beam_size=settings.beam_size, alpha=settings.alpha,
-                            max_source_length=config.data.max_length,
-                            extra_length=settings.extra_length)
-    directory = config.run_path / "export"
-    directory.mkdir(parents=True, exist_ok=True)
+    translator = run_translator(config, model)
+    paths = RunPaths(config.run_path)
+    paths.export.mkdir(parents=True, exist_ok=True)
     saved_model = onnx = None
     if "saved_model" in formats:
-        saved_model = export_saved_model(translator, directory / "saved_model",
-                                         warmup_text=_warmup_text(config),
+        saved_model = export_saved_model(translator, paths.saved_model,
+                                         warmup_text=_warmup_text(paths),
                                          model_name=config.name)
-        write_models_config(directory / "models.config", config.name, saved_model.parent)
+        write_models_config(paths.models_config, config.name, paths.saved_model)
     if "onnx" in formats:
         from export.onnx import export_onnx
 
-        temporary = Path(tempfile.mkdtemp(prefix=".onnx-", dir=directory))
+        temporary = Path(tempfile.mkdtemp(prefix=".onnx-", dir=paths.export))
         export_onnx(translator, temporary)
-        onnx = directory / "onnx"
+        onnx = paths.onnx
         replace_directory(temporary, onnx)
-    return ExportSummary(checkpoint, saved_model, onnx, settings.beam_size, settings.alpha,
-                         time.perf_counter() - start)
+    return ExportSummary(checkpoint, saved_model, onnx, config.evaluate.beam_size,
+                         config.evaluate.alpha, time.perf_counter() - start)
 
 
 def write_models_config(path: Path, name: str, base_path: Path) -> None:
@@ -104,9 +101,9 @@ def write_models_config(path: Path, name: str, base_path: Path) -> None:
         file.write("# Written by `keras-transformer export` (README.md, Serving).\n" + body)
 
 
-def _warmup_text(config: PipelineConfig) -> list[str]:
+def _warmup_text(paths: RunPaths) -> list[str]:
     """The first dev sentences (non-empty), else a fixed pair."""
-    dev = config.run_path / "data" / "dev.src"
+    dev = paths.split("dev")[0]
     if not dev.is_file():
         return list(WARMUP_TEXT)
     with open(dev, encoding="utf-8") as file:

@@ -91,8 +91,7 @@ def test_a_mixed_precision_model_is_restored_in_float32(export_config, tmp_path)
     from keras_transformer.tokenizer import Tokenizer
     from pipelines.checkpoints import model_checkpoint
     from pipelines.config import load_config
-    from pipelines.inference import load_model_for_inference
-    from pipelines.train import build_model
+    from pipelines.models import build_model, load_model_for_inference
 
     config = load_config(export_config)
     config = dataclasses.replace(config, model=dataclasses.replace(config.model,

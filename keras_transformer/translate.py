@@ -1,0 +1,67 @@
+"""Source ids -> target ids with a Transformer: the paper's decoding (section 6.1) and its limits.
+
+    decode_sources(model, source_ids, *, beam_size=1, alpha=0.6, max_source_length=None,
+                   extra_length=50) -> target_ids int32 [batch, time], score float32 [batch]
+
+`source_ids` are a source as training saw it: pieces, EOS, then PAD. Limits, so that any input
+gives a defined output:
+* a source is cut to `max_source_length` tokens (default and at most the model's max_length);
+* a translation has at most source length + `extra_length` tokens (the paper's limit), and at
+  most the model's max_length (its positions);
+* a source with no piece (only PAD and EOS) translates to nothing (all PAD) with score 0.
+
+Every caller decodes through `decode_sources`: the exported Translator, dev BLEU during training,
+the attention maps of `visualize` and the tests' Keras-level reference.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_transformer.decoding import beam_search
+from keras_transformer.model import Transformer
+from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+BEAM_SIZE, ALPHA, EXTRA_LENGTH = 4, 0.6, 50  # section 6.1: output length <= input length + 50
+
+
+def source_length_limit(model: Transformer, max_source_length: int | None = None) -> int:
+    """Source tokens kept, EOS included: `max_source_length`, default (None or 0) and at most
+    the model's max_length."""
+    limit = model.model_config.max_length
+    return min(max_source_length or limit, limit)
+
+
+def decode_sources(model: Transformer, source_ids: tf.Tensor, *, beam_size: int = 1,
+                   alpha: float = ALPHA, max_source_length: int | None = None,
+                   extra_length: int = EXTRA_LENGTH) -> tuple[tf.Tensor, tf.Tensor]:
+    """The best translation of each source, greedy (beam_size 1) or by beam search; eager or
+    graph code.
+
+    Args:
+        model: the Transformer.
+        source_ids: int [batch, time]: pieces, EOS, then PAD.
+        beam_size: hypotheses kept per sentence (a Python int; 1: greedy search).
+        alpha: the length penalty exponent, >= 0.
+        max_source_length: source tokens kept (`source_length_limit`).
+        extra_length: output tokens allowed beyond the source length.
+
+    Returns:
+        target ids int32 [batch, time]: the best hypothesis without BOS, EOS included where it
+        ended with one, PAD after; and its score float32 [batch]: the summed log-probability
+        divided by the GNMT length penalty, for greedy search too (`beam_search`). A source with
+        no piece gives a row of PAD and score 0.
+    """
+    source_ids = tf.cast(source_ids, tf.int32)
+    source_ids = source_ids[:, :source_length_limit(model, max_source_length)]  # [batch, source]
+    is_real = source_ids != PAD_ID  # [batch, source]
+    lengths = tf.reduce_sum(tf.cast(is_real, tf.int32), axis=1)  # [batch]
+    empty = tf.reduce_all(~is_real | (source_ids == EOS_ID), axis=1)  # [batch]
+    max_lengths = tf.where(empty, 0, tf.minimum(lengths + extra_length,
+                                                model.model_config.max_length))  # [batch]
+    memory, memory_mask = model.encode(source_ids, training=False)
+    ids, scores = beam_search(
+        lambda ids, step, cache: model.decode_step(ids[:, -1], step, cache),
+        model.init_cache(memory, memory_mask), max_lengths, beam_size=beam_size,
+        bos_id=BOS_ID, eos_id=EOS_ID, alpha=alpha, pad_id=PAD_ID)  # [b, beam, t], [b, beam]
+    target_ids = tf.where(empty[:, None], PAD_ID, ids[:, 0])  # [batch, time]
+    return target_ids, tf.where(empty, 0.0, scores[:, 0])

@@ -1,0 +1,56 @@
+"""A run's Transformer: built from the `model` section (with the vocabulary size and a Keras
+dtype policy) for training, or restored from its best checkpoint for decoding, and its
+Translator with the `evaluate` section's decoding settings.
+
+Training may use a mixed dtype policy; its variables are float32 all the same, so the model
+can be rebuilt with any policy and restored from the same checkpoint: exports use float32
+(ONNX Runtime's CPU kernels and TF Serving's are float32), evaluation the training policy.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from export.translator import Translator
+from keras_transformer.model import Transformer
+from keras_transformer.tokenizer import PAD_ID, Tokenizer
+from pipelines import InputError
+from pipelines.checkpoints import default_checkpoint, restore_model
+from pipelines.config import PipelineConfig
+from pipelines.paths import RunPaths
+
+
+def build_model(config: PipelineConfig, vocab_size: int, dtype: str | None = None) -> Transformer:
+    """The Transformer of the `model` section in the Keras dtype policy `dtype` (default: the
+    section's, `auto` resolved), its weights created under the current strategy scope, if any.
+    The config was validated when it loaded (`pipelines.config.ModelSection`)."""
+    model_config = config.model.model_config(vocab_size=vocab_size, pad_id=PAD_ID)
+    return Transformer(model_config, dtype=dtype or config.model.resolved_dtype()[0])
+
+
+def load_model_for_inference(config: PipelineConfig, checkpoint: str | None = None,
+                             dtype: str = "float32") -> tuple[Transformer, str]:
+    """(the restored model, its checkpoint prefix). `checkpoint` defaults to the averaged one,
+    else the latest training checkpoint; `dtype` is the model's Keras dtype policy.
+
+    Raises:
+        InputError: the run has no vocabulary or no checkpoint.
+    """
+    paths = RunPaths(config.run_path)
+    if not paths.spm_model.is_file():
+        raise InputError(f"{paths.spm_model}: missing; run `keras-transformer prepare` first")
+    checkpoint = checkpoint or default_checkpoint(paths)
+    if not Path(f"{checkpoint}.index").is_file():
+        raise InputError(f"{checkpoint}: no such checkpoint (expected {checkpoint}.index)")
+    model = build_model(config, Tokenizer.from_file(paths.spm_model).vocab_size, dtype)
+    restore_model(model, checkpoint)
+    return model, checkpoint
+
+
+def run_translator(config: PipelineConfig, model: Transformer) -> Translator:
+    """The run's beam-search Translator of `model`: the `evaluate` section's decoding settings,
+    sources cut to data.max_length tokens."""
+    settings = config.evaluate
+    return Translator(model, RunPaths(config.run_path).spm_model.read_bytes(),
+                      beam_size=settings.beam_size, alpha=settings.alpha,
+                      max_source_length=config.data.max_length,
+                      extra_length=settings.extra_length)

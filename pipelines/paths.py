@@ -1,0 +1,109 @@
+"""The map of a run directory, runs/NAME/: every stage finds its files through `RunPaths`, and
+`keras-transformer run` derives each stage's inputs and outputs from it.
+
+    data/train-K-of-N.{src,tgt}   train shards, listed by data/train.json (pipelines/shards.py)
+    data/{dev,test}.{src,tgt}     held-out splits, one sentence a line
+    vocab/spm.model, spm.vocab    the shared SentencePiece model and its pieces
+    checkpoints/ckpt-STEP.*       training checkpoints, indexed by checkpoints/checkpoint
+    checkpoints/averaged/ckpt.*   the averaged model
+    logs/                         TensorBoard events, train_summary.json
+    eval/SPLIT.{hyp,json}         translations and scores of a split
+    export/saved_model/VERSION/   SavedModel versions; export/models.config for TF Serving
+    export/onnx/                  model.onnx, translator.onnx
+    stages/STAGE.json             `run`'s record of each completed stage
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from pipelines.shards import MANIFEST, Shard, train_shards
+
+CHECKPOINT_NAME = "ckpt"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPaths:
+    """The files of the run rooted at `root` (a config's `run_path`)."""
+
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def train_manifest(self) -> Path:
+        return self.data / MANIFEST
+
+    def train_shards(self) -> list[Shard]:
+        """The train split's (source, target) shard files, as its manifest lists them."""
+        return train_shards(self.data)
+
+    def split(self, name: str) -> Shard:
+        """(source, target) files of the held-out split `name` (dev or test)."""
+        return self.data / f"{name}.src", self.data / f"{name}.tgt"
+
+    @property
+    def vocab(self) -> Path:
+        return self.root / "vocab"
+
+    @property
+    def spm_model(self) -> Path:
+        return self.vocab / "spm.model"
+
+    @property
+    def spm_vocab(self) -> Path:
+        return self.vocab / "spm.vocab"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def checkpoint_index(self) -> Path:
+        """tf.train.CheckpointManager's index of the training checkpoints."""
+        return self.checkpoints / "checkpoint"
+
+    @property
+    def averaged(self) -> Path:
+        """The averaged model's checkpoint prefix."""
+        return self.checkpoints / "averaged" / CHECKPOINT_NAME
+
+    @property
+    def averaged_index(self) -> Path:
+        return self.averaged.with_name(f"{CHECKPOINT_NAME}.index")
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def train_summary(self) -> Path:
+        return self.logs / "train_summary.json"
+
+    def hypotheses(self, split: str) -> Path:
+        return self.root / "eval" / f"{split}.hyp"
+
+    def scores(self, split: str) -> Path:
+        return self.root / "eval" / f"{split}.json"
+
+    @property
+    def export(self) -> Path:
+        return self.root / "export"
+
+    @property
+    def saved_model(self) -> Path:
+        """The SavedModel base path (TF Serving's), holding a directory per version."""
+        return self.export / "saved_model"
+
+    @property
+    def models_config(self) -> Path:
+        return self.export / "models.config"
+
+    @property
+    def onnx(self) -> Path:
+        return self.export / "onnx"
+
+    def stamp(self, stage: str) -> Path:
+        return self.root / "stages" / f"{stage}.json"

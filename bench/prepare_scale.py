@@ -205,7 +205,8 @@ def main() -> None:
         import_tensorflow_quietly()
         for parallel in PARALLEL_CALLS:
             first, tokens, batches = time_pipeline(run_dir, parallel, args.batches)
-            lines.append(f"input pipeline  parallel_calls {parallel}: first batch {first:.1f} s, {tokens:,.0f} target tok/s, "
+            lines.append(f"input pipeline  parallel_calls {parallel}: first batch {first:.1f} s, "
+                         f"{tokens:,.0f} target tok/s, "
                          f"{batches:.1f} batches/s ({args.batches} batches)")
     print("\n" + "\n".join(lines), flush=True)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,7 +26,7 @@ from export.lines import translate_in_batches
 from export.serving.client import predict_request
 from export.text import encode_text
 from export.translator import Translator
-from export.versions import publish_version
+from export.versions import publish_version, staging_directory
 from keras_transformer.config import ModelConfig
 from keras_transformer.model import Transformer
 
@@ -48,8 +47,7 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
             of them all, for each signature).
         model_name: the model name the warm-up requests carry.
     """
-    base_dir.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=".export-", dir=base_dir))
+    temporary = staging_directory(base_dir, ".export")
     try:
         tf.saved_model.save(translator, str(temporary), signatures={
             "serving_default": translator.translate.get_concrete_function(),

@@ -1,12 +1,17 @@
-"""Integer-versioned directories, as TF Serving reads a model's base path (no TensorFlow import).
+"""Integer-versioned directories, as TF Serving reads a model's base path (no TensorFlow import),
+and the staging directories they are built in.
 
 A version appears by one rename of a complete directory, so a reader listing versions never
-sees a partial one; names other than integers (temporary directories) are not versions.
+sees a partial one; names other than integers (staging directories) are not versions. A
+staging directory is named after its process, so that a later export removes those of
+processes that died (killed, or a full disk) and a live concurrent export keeps its own.
 """
 from __future__ import annotations
 
 import errno
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 
@@ -35,3 +40,31 @@ def publish_version(complete: Path, base_dir: Path) -> Path:
         except OSError as error:
             if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
+
+
+def staging_directory(parent: Path, prefix: str) -> Path:
+    """A new empty directory `parent/PREFIX-PID-XXXX` to build an export in, readable as the
+    umask allows (tempfile's 0700 would hide a published version from a TF Serving that runs
+    as another user). Staging directories of `prefix` left by dead processes are removed."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for path in parent.glob(f"{prefix}-*-*"):
+        if path.is_dir() and not _alive(path.name[len(prefix) + 1:].split("-")[0]):
+            shutil.rmtree(path, ignore_errors=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o777 & ~umask)
+    return path
+
+
+def _alive(pid: str) -> bool:
+    """Whether the process `pid` (a decimal string) exists; True for what is not a pid."""
+    if not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

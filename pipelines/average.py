@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tempfile
+import shutil
 from pathlib import Path
 
 import keras
 import numpy as np
 
+from export.versions import staging_directory
 from keras_transformer.tokenizer import Tokenizer
 from pipelines import InputError
 from pipelines.checkpoints import (checkpoint_step, model_checkpoint, replace_directory,
@@ -66,10 +67,13 @@ def average(config: PipelineConfig, last: int | None = None) -> AverageSummary:
         variable.assign((total / len(prefixes)).astype(variable.dtype))
 
     target = paths.averaged
-    temporary = Path(tempfile.mkdtemp(prefix=".averaged-", dir=paths.checkpoints))
-    model_checkpoint(model).write(str(temporary / CHECKPOINT_NAME))
-    (temporary / "averaged.json").write_text(json.dumps(
-        {"checkpoints": [Path(p).name for p in prefixes],
-         "steps": [checkpoint_step(p) for p in prefixes]}, indent=2) + "\n")
-    replace_directory(temporary, target.parent)
+    temporary = staging_directory(paths.checkpoints, ".averaged")
+    try:
+        model_checkpoint(model).write(str(temporary / CHECKPOINT_NAME))
+        (temporary / "averaged.json").write_text(json.dumps(
+            {"checkpoints": [Path(p).name for p in prefixes],
+             "steps": [checkpoint_step(p) for p in prefixes]}, indent=2) + "\n")
+        replace_directory(temporary, target.parent)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
     return AverageSummary(tuple(prefixes), requested, target)

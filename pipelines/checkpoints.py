@@ -41,6 +41,45 @@ def training_checkpoints(paths: RunPaths) -> list[str]:
     return list(state.all_model_checkpoint_paths) if state else []
 
 
+def newest_readable_checkpoint(directory: Path, repair_index: bool) -> str | None:
+    """The checkpoint to resume from: the index's latest, else, when the index is unreadable
+    or names a checkpoint whose files are gone, the newest `ckpt-STEP` on disk whose files are
+    complete. Then, with `repair_index`, the index is rewritten to list the complete ones, so
+    that training resumes there and never starts again over good checkpoints.
+
+    Raises:
+        InputError: checkpoint files that are all incomplete.
+    """
+    listed = tf.train.latest_checkpoint(str(directory))  # None (a TF warning) if unreadable
+    if listed is not None and _complete(listed):
+        return listed
+    on_disk = sorted((str(index)[:-len(".index")]
+                      for index in directory.glob(f"{CHECKPOINT_NAME}-*.index")),
+                     key=checkpoint_step)
+    complete = [prefix for prefix in on_disk if _complete(prefix)]
+    if not complete:
+        if on_disk or list(directory.glob(f"{CHECKPOINT_NAME}-*.data-*")):
+            raise InputError(f"{directory}: no checkpoint there is complete (an index or data "
+                             f"file is missing); move the directory away to train from step 0")
+        return None
+    if repair_index:  # with timestamps, which CheckpointManager needs to keep track of them
+        saved = [Path(f"{prefix}.index").stat().st_mtime for prefix in complete]
+        tf.compat.v1.train.update_checkpoint_state(
+            str(directory), complete[-1], all_model_checkpoint_paths=complete,
+            all_model_checkpoint_timestamps=saved, last_preserved_timestamp=min(saved) - 1)
+    return complete[-1]
+
+
+def _complete(prefix: str) -> bool:
+    """Whether the checkpoint's index reads and all its data shards exist."""
+    try:
+        tf.train.load_checkpoint(prefix)
+    except (tf.errors.OpError, ValueError):
+        return False
+    shards = list(Path(prefix).parent.glob(f"{Path(prefix).name}.data-*-of-*"))
+    return bool(shards) and len(shards) == int(shards[0].name.rsplit("-of-", 1)[1])
+
+
 def checkpoint_step(prefix: str | Path) -> int:
     """The step of `.../ckpt-STEP`."""
     return int(str(prefix).rsplit("-", 1)[1])
@@ -97,10 +136,11 @@ class CheckpointSaver:
         self.strategy, self.settings = strategy, settings
         self.directory = paths.checkpoints
         self.chief = is_chief(strategy)
+        self.latest = (newest_readable_checkpoint(self.directory, repair_index=self.chief)
+                       if self.directory.is_dir() else None)
         write_dir = self.directory if self.chief else self.directory / f".{task_id(strategy)}"
         self.manager = make_manager(model_checkpoint(model, optimizer=optimizer, clock=clock),
                                     write_dir, settings.keep_checkpoints)
-        self.latest: str | None = tf.train.latest_checkpoint(str(self.directory))
         self.last_save = time.monotonic()
 
     def restore(self) -> int:

@@ -6,6 +6,7 @@ corpus) prints one line to stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ from pipelines import InputError
 from pipelines.config import load_config
 from pipelines.run import STAGE_NAMES
 from pipelines.startup import import_tensorflow_quietly
+
+# Errors of the machine, not of the program: reported in one line, exit status 2.
+SYSTEM_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,6 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except (InputError, ExportError) as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a full disk, a read-only or unreadable directory
+        if error.errno not in SYSTEM_ERRORS:
+            raise
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"keras-transformer {args.command}: error: {where}{error.strerror.lower()}",
+              file=sys.stderr)
         return 2
 
 

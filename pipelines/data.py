@@ -106,6 +106,16 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def any_pair_fits(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path: str | Path,
+                  max_length: int) -> bool:
+    """Whether some pair of `shards` has at most `max_length` tokens on each side (BOS / EOS
+    included). Reads up to the first such pair: at once, unless none fits."""
+    pairs = _tokenized(_pairs(shards, None, False, None, tf.data.AUTOTUNE),
+                       Tokenizer.from_file(spm_model_path), tf.data.AUTOTUNE)
+    fitting = pairs.filter(lambda ex: _longest_side(ex) <= max_length).take(1)
+    return any(True for _ in fitting)
+
+
 def length_stats(src_path: str | Path, tgt_path: str | Path, spm_model_path: str | Path, *,
                  max_length: int, boundaries: tuple[int, ...] | None = None) -> LengthStats:
     """Counts pairs, those over `max_length` and tokens per side, tokenized as in training.

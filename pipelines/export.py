@@ -15,13 +15,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import tempfile
+import shutil
 import time
 from pathlib import Path
 from typing import Sequence
 
 import export
 from export.saved_model import WARMUP_TEXT, export_saved_model
+from export.versions import staging_directory
 from pipelines import InputError
 from pipelines.checkpoints import replace_directory
 from pipelines.config import EXPORT_FORMATS, PipelineConfig
@@ -83,10 +84,13 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     if "onnx" in formats:
         from export.onnx import export_onnx
 
-        temporary = Path(tempfile.mkdtemp(prefix=".onnx-", dir=paths.export))
-        export_onnx(translator, temporary)
+        temporary = staging_directory(paths.export, ".onnx")
+        try:
+            export_onnx(translator, temporary)
+            replace_directory(temporary, paths.onnx)
+        finally:
+            shutil.rmtree(temporary, ignore_errors=True)
         onnx = paths.onnx
-        replace_directory(temporary, onnx)
     return ExportSummary(checkpoint, saved_model, onnx, config.evaluate.beam_size,
                          config.evaluate.alpha, time.perf_counter() - start)
 

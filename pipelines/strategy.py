@@ -32,6 +32,11 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
+def strategy_name(strategy: tf.distribute.Strategy) -> str:
+    """The class users chose (MultiWorkerMirroredStrategy's is CollectiveAllReduceStrategy)."""
+    return "MultiWorkerMirroredStrategy" if is_multi_worker(strategy) else type(strategy).__name__
+
+
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """True in the one process that writes checkpoints, logs and prints."""
     if not is_multi_worker(strategy):

@@ -33,11 +33,11 @@ from pipelines import InputError
 from pipelines.budget import TrainingClock
 from pipelines.checkpoints import CheckpointSaver
 from pipelines.config import PipelineConfig
-from pipelines.data import make_dataset
+from pipelines.data import any_pair_fits, make_dataset
 from pipelines.paths import RunPaths
 from pipelines.progress import Progress
 from pipelines.strategy import (any_worker, chief_value, is_chief, is_multi_worker,
-                                make_strategy, mean_over_workers)
+                                make_strategy, mean_over_workers, strategy_name)
 from pipelines.tensorboard import write_scalars
 from pipelines.trainer import Trainer
 from pipelines.validation import Validator
@@ -199,7 +199,7 @@ class TrainingRun:
             self.progress.message(f"the {self.settings.max_minutes:g}-minute budget ended "
                                   f"training at step {step:,}")
         return TrainSummary(
-            run_dir=self.config.run_path, strategy=_strategy_name(self.strategy),
+            run_dir=self.config.run_path, strategy=strategy_name(self.strategy),
             replicas=self.strategy.num_replicas_in_sync, start_step=self.start_step, step=step,
             loss=loss, tokens_per_second=overall.tokens_per_second(),
             dev_loss=self.validator.dev_loss if self.validator else None,
@@ -257,9 +257,13 @@ class TrainingRun:
 
 
 def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
-    """The run's train split as endless shuffled batches, sharded per worker."""
+    """The run's train split as endless shuffled batches, sharded per worker; an InputError
+    if no pair fits data.max_length (the batches would never come)."""
     paths, data = RunPaths(config.run_path), config.data
     shards = paths.train_shards()
+    if not any_pair_fits(shards, paths.spm_model, data.max_length):
+        raise InputError(f"{paths.train_manifest}: no train pair fits data.max_length "
+                         f"({data.max_length} tokens a side, BOS and EOS included)")
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         return make_dataset(shards, paths.spm_model, batch_tokens=data.batch_tokens,
@@ -267,11 +271,6 @@ def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
                             seed=seed, repeat=True, input_context=context)
 
     return dataset_fn
-
-
-def _strategy_name(strategy: tf.distribute.Strategy) -> str:
-    # MultiWorkerMirroredStrategy's class is CollectiveAllReduceStrategy.
-    return "MultiWorkerMirroredStrategy" if is_multi_worker(strategy) else type(strategy).__name__
 
 
 class _Window:

@@ -43,14 +43,16 @@ class DevLoss:
         self.dataset = dataset
         self._sums = tf.function(self._batch_sums, input_signature=[IDS_SPEC, IDS_SPEC])
 
-    def __call__(self) -> tuple[float, float]:
-        """(loss per real target token, perplexity)."""
+    def __call__(self) -> tuple[float, float] | None:
+        """(loss per real target token, perplexity), or None when no dev pair fits the
+        dataset's max_length (there is nothing to measure)."""
         totals = tf.zeros([3])
         for batch in self.dataset:
             totals += self._sums(batch["source_ids"], batch["target_ids"])
-        loss_sum, nll_sum, tokens = totals.numpy()
-        tokens = max(float(tokens), 1.0)
-        return float(loss_sum) / tokens, math.exp(min(float(nll_sum) / tokens, 100.0))
+        loss_sum, nll_sum, tokens = (float(total) for total in totals.numpy())
+        if not tokens:
+            return None
+        return loss_sum / tokens, math.exp(min(nll_sum / tokens, 100.0))
 
     def _batch_sums(self, source_ids: tf.Tensor, target_ids: tf.Tensor) -> tf.Tensor:
         """[loss sum, negative log-likelihood sum, real tokens] of one batch."""
@@ -116,7 +118,7 @@ class Validator:
     """Dev loss and dev BLEU at their intervals and at the last step (chief only)."""
 
     def __init__(self, config: PipelineConfig, model: Transformer, tokenizer: Tokenizer) -> None:
-        self.settings = config.train
+        self.settings, self.max_length = config.train, config.data.max_length
         paths, data = RunPaths(config.run_path), config.data
         src, tgt = paths.split("dev")
         has_dev = src.is_file() and tgt.is_file()
@@ -141,11 +143,18 @@ class Validator:
                   progress: Progress) -> None:
         if self.loss is not None and (last or step % recipe.validate_every_steps == 0):
             started = time.monotonic()
-            self.dev_loss, perplexity = self.loss()
+            measured = self.loss()
             self.loss_seconds = time.monotonic() - started
-            write_scalars(writer, step, {"dev/loss": self.dev_loss, "dev/perplexity": perplexity})
-            progress.message(f"step {step:,}: dev loss {self.dev_loss:.4f}, "
-                             f"perplexity {perplexity:.2f}")
+            if measured is None:
+                progress.message(f"step {step:,}: no dev pair fits data.max_length "
+                                 f"({self.max_length} tokens): no dev loss")
+                self.loss = None  # the dev split will not change
+            else:
+                self.dev_loss, perplexity = measured
+                write_scalars(writer, step, {"dev/loss": self.dev_loss,
+                                             "dev/perplexity": perplexity})
+                progress.message(f"step {step:,}: dev loss {self.dev_loss:.4f}, "
+                                 f"perplexity {perplexity:.2f}")
         if self.bleu is not None and (last or step % recipe.bleu_every_steps == 0):
             started = time.monotonic()
             self.dev_bleu = self.bleu()

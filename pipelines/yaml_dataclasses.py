@@ -22,6 +22,7 @@ import yaml
 from pipelines import InputError
 
 T = TypeVar("T")
+MAX_VALUES = 10_000  # keys and list items of a config, aliases expanded
 
 
 class ConfigError(InputError):
@@ -54,21 +55,34 @@ def load_yaml(path: Path, cls: type[T]) -> T:
         raise ConfigError(f"{where}: invalid YAML: {getattr(error, 'problem', error)}") from None
     lines: dict[str, int] = {}
     if node is not None:
-        _key_lines(node, "", lines)
+        _key_lines(path, node, "", lines)
     return _Builder(path, lines).build(cls, data, "")
 
 
-def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
-    """Records the 1-based line of every key path (`data.vocab_size`, `a.b[2]`) under a node."""
+def _key_lines(path: Path, node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
+    """Records the 1-based line of every key path (`data.vocab_size`, `a.b[2]`) under a node.
+
+    Raises:
+        ConfigError: a key given twice in one mapping, or more than MAX_VALUES values once
+            aliases are expanded (an alias bomb).
+    """
+    if len(lines) > MAX_VALUES:
+        raise ConfigError(f"{path}:{node.start_mark.line + 1}: more than {MAX_VALUES:,} values "
+                          f"once YAML aliases are expanded; a config needs far fewer")
     if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
         for key_node, value_node in node.value:
             key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+            if key in seen:
+                raise ConfigError(f"{path}:{key_node.start_mark.line + 1}: {key}: given twice "
+                                  f"(first on line {lines[key]})")
+            seen.add(key)
             lines[key] = key_node.start_mark.line + 1
-            _key_lines(value_node, key, lines)
+            _key_lines(path, value_node, key, lines)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             lines[f"{prefix}[{index}]"] = item.start_mark.line + 1
-            _key_lines(item, f"{prefix}[{index}]", lines)
+            _key_lines(path, item, f"{prefix}[{index}]", lines)
 
 
 @dataclasses.dataclass

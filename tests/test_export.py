@@ -104,3 +104,19 @@ def test_a_mixed_precision_model_is_restored_in_float32(export_config, tmp_path)
     assert trained.dtype_policy.name == "mixed_bfloat16"
     for restored, saved in zip(model.weights, trained.weights, strict=True):
         assert (restored.numpy() == saved.numpy()).all()
+
+
+def test_a_failed_onnx_export_leaves_the_previous_one_and_no_staging(exported, export_config,
+                                                                     monkeypatch, capsys):
+    import export.onnx
+
+    def full_disk(translator, directory):
+        (directory / "model.onnx").write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    before = sorted(p.name for p in exported.onnx.iterdir())
+    monkeypatch.setattr(export.onnx, "export_onnx", full_disk)
+    assert main(["export", str(export_config), "--format", "onnx"]) == 2
+    assert capsys.readouterr().err == "keras-transformer export: error: no space left on device\n"
+    assert sorted(p.name for p in exported.onnx.iterdir()) == before
+    assert not list(exported.onnx.parent.glob(".onnx-*"))

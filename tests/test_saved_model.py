@@ -1,6 +1,8 @@
 """export/saved_model.py and export/versions.py: the reloaded SavedModel against eager beam
 search, its op set, warm-up requests, and versions that appear whole."""
 import json
+import os
+import stat
 import subprocess
 import sys
 import threading
@@ -15,7 +17,7 @@ import export
 from export.saved_model import (WARMUP_FILE, SavedModelTranslator, export_saved_model,
                                 read_metadata)
 from export.translator import Translator
-from export.versions import latest_version, publish_version, versions
+from export.versions import latest_version, publish_version, staging_directory, versions
 from export_helpers import SENTENCES
 
 TEXT_OPS = Path(export.__file__).with_name("serving") / "tf_serving_text_ops.txt"
@@ -110,6 +112,9 @@ def test_each_export_is_a_new_version_that_appears_whole(export_translator, tmp_
         done.set()
         reader.join()
     assert (first.name, second.name) == ("1", "2") and versions(base) == [1, 2]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(first.stat().st_mode) == 0o777 & ~umask  # not tempfile's 0700
     assert not incomplete and seen <= {"1", "2"}
     assert [p.name for p in base.iterdir() if not p.name.isdigit()] == []  # no temporaries
 
@@ -138,3 +143,20 @@ def test_no_version_is_none(tmp_path):
     assert latest_version(tmp_path) is None and latest_version(tmp_path / "missing") is None
     with pytest.raises(FileNotFoundError):
         read_metadata(tmp_path / "1")
+
+
+def test_staging_directories_follow_the_umask_and_dead_processes_ones_go(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    left = tmp_path / f".export-{dead}-abc"  # a killed export's
+    left.mkdir()
+    (left / "saved_model.pb").write_bytes(b"partial")
+    live = tmp_path / f".export-{os.getpid()}-def"  # a concurrent export's
+    live.mkdir()
+    umask = os.umask(0o027)
+    try:
+        staged = staging_directory(tmp_path, ".export")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(staged.stat().st_mode) == 0o750
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, staged.name])

@@ -17,6 +17,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.config import PRESETS
+from pipelines import InputError
+from pipelines.cli import main
 from pipelines.checkpoints import checkpoint_step, training_checkpoints
 from pipelines.config import ConfigError, ModelSection, load_config
 from pipelines.paths import RunPaths
@@ -82,9 +84,9 @@ def test_two_workers_finish_with_identical_weights_and_exit(tmp_path: Path) -> N
     assert len(first.files) > 50
     for key in first.files:
         np.testing.assert_array_equal(first[key], second[key])
-    checkpoints = tmp_path / "run" / "checkpoints"
-    assert [checkpoint_step(p) for p in training_checkpoints(RunPaths(tmp_path / "run"))] == [10, 20]
-    assert not list(checkpoints.glob(".*"))  # the non-chief's temporary saves are gone
+    paths = RunPaths(tmp_path / "run")
+    assert [checkpoint_step(p) for p in training_checkpoints(paths)] == [10, 20]
+    assert not list(paths.checkpoints.glob(".*"))  # the non-chief's temporary saves are gone
 
 
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
@@ -165,6 +167,32 @@ def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(tmp_path: Pat
     assert [checkpoint_step(p) for p in training_checkpoints(RunPaths(config.run_path))] == [3, 6]
 
 
+def test_a_broken_checkpoint_index_resumes_from_the_newest_complete_checkpoint(
+        tmp_path: Path) -> None:
+    """Never train again from step 0 over good checkpoints: an unreadable index, a listed
+    checkpoint whose files are gone, or nothing complete (a clear error)."""
+    config = load_config(make_tiny_run(tmp_path, train={"steps": 6, "checkpoint_every_steps": 3}))
+    TrainingRun(config).run()
+    paths = RunPaths(config.run_path)
+
+    def steps(run_steps: int) -> tuple[int, list[int]]:
+        resumed = TrainingRun(dataclasses.replace(
+            config, train=dataclasses.replace(config.train, steps=run_steps)))
+        start = resumed.start_step
+        resumed.run()
+        return start, [checkpoint_step(p) for p in training_checkpoints(paths)]
+
+    paths.checkpoint_index.write_text("garbage {{{\n")
+    assert steps(9) == (6, [3, 6, 9])
+    (paths.checkpoints / "ckpt-9.index").unlink()  # the newest listed one is incomplete
+    assert steps(12) == (6, [3, 6, 9, 12])
+    for index in paths.checkpoints.glob("ckpt-*.index"):
+        index.unlink()
+    with pytest.raises(InputError, match=r"checkpoints: no checkpoint there is complete"):
+        TrainingRun(config)
+    assert list(paths.checkpoints.glob("ckpt-*.data-*"))  # nothing was deleted
+
+
 def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
     assert set(typing.get_args(typing.get_type_hints(ModelSection)["preset"])) == set(PRESETS)
     demo = load_config("demo")
@@ -181,6 +209,16 @@ def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
     config.write_text(text.replace("preset: tiny", "preset: tiny\n  d_model: 30"))
     with pytest.raises(ConfigError, match=r"config.yaml:\d+: model.d_model: .*divisible"):
         load_config(config)
+
+
+def test_no_train_pair_within_max_length_stops_before_training(tmp_path: Path, capsys) -> None:
+    config = make_tiny_run(tmp_path)  # pairs of 2 to 12 words: 4 tokens or more with BOS, EOS
+    config.write_text(config.read_text().replace("max_length: 40", "max_length: 3"))
+    assert main(["train", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-transformer train: error: {tmp_path / 'run' / 'data' / 'train.json'}: no train "
+        f"pair fits data.max_length (3 tokens a side, BOS and EOS included)\n")
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_clock(

@@ -1,10 +1,11 @@
-"""pipelines/validation.py: dev BLEU translates the dev sources as `evaluate` does."""
+"""pipelines/validation.py: dev BLEU translates the dev sources as `evaluate` does; dev loss."""
 import sacrebleu
 
 from export.translator import Translator
 from export_helpers import SENTENCES
 from keras_transformer.tokenizer import Tokenizer
-from pipelines.validation import DevBleu
+from pipelines.data import make_dataset
+from pipelines.validation import DevBleu, DevLoss
 
 
 def test_dev_bleu_translates_as_the_translator_with_beam_1(export_translator, tmp_path):
@@ -20,3 +21,19 @@ def test_dev_bleu_translates_as_the_translator_with_beam_1(export_translator, tm
     assert translations == greedy.translate_lines(lines)
     assert translations[-2] == "" and all(translations[:-2])
     assert bleu() == sacrebleu.corpus_bleu(translations, [lines]).score
+
+
+def test_dev_loss_is_none_when_no_dev_pair_fits_max_length(export_translator, tmp_path):
+    model, model_proto = export_translator.model, export_translator.spm_model_proto
+    (tmp_path / "spm.model").write_bytes(model_proto)
+    for name in ("dev.src", "dev.tgt"):
+        (tmp_path / name).write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+
+    def dev_loss(max_length: int):
+        return DevLoss(model, make_dataset([(tmp_path / "dev.src", tmp_path / "dev.tgt")],
+                                           tmp_path / "spm.model", shuffle=False,
+                                           batch_tokens=512, max_length=max_length))()
+
+    loss, perplexity = dev_loss(64)
+    assert 0 < loss < 20 and 1 < perplexity
+    assert dev_loss(3) is None  # BOS, one piece, EOS: no sentence is that short

@@ -48,3 +48,25 @@ def test_a_field_error_blames_a_key_below_a_field(tmp_path, text, where):
 def test_a_missing_required_key_blames_the_first_line(tmp_path):
     with pytest.raises(ConfigError, match=r"plot.yaml:1: title: missing required key"):
         load(tmp_path, "x: {low: 1}\n")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("title: t\nx:\n  low: 1\n  high: 3\n  low: 2\n",
+     "plot.yaml:5: x.low: given twice (first on line 3)"),
+    ("title: t\ntitle: u\n", "plot.yaml:2: title: given twice (first on line 1)"),
+])
+def test_a_key_given_twice_is_refused(tmp_path, text, message):
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, text)
+    assert str(error.value) == f"{tmp_path / message}"
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path):
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    levels += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]"
+               for i in range(8)]  # 9 ** 9 (387M) values once expanded, in 400 bytes
+    text = "title: t\nbomb:\n" + "".join(f"  {level}\n" for level in levels)
+    assert len(text) < 500
+    with pytest.raises(ConfigError, match=r"plot.yaml:\d+: more than 10,000 values once YAML "
+                                          r"aliases are expanded"):
+        load(tmp_path, text)

@@ -19,8 +19,8 @@ import numpy as np
 from export.versions import staging_directory
 from keras_transformer.tokenizer import Tokenizer
 from pipelines import InputError
-from pipelines.checkpoints import (checkpoint_step, model_checkpoint, replace_directory,
-                                   restore_model, training_checkpoints)
+from pipelines.checkpoints import (check_vocabulary, checkpoint_step, model_checkpoint,
+                                   replace_directory, restore_model, training_checkpoints)
 from pipelines.config import PipelineConfig
 from pipelines.models import build_model
 from pipelines.paths import CHECKPOINT_NAME, RunPaths
@@ -55,6 +55,7 @@ def average(config: PipelineConfig, last: int | None = None) -> AverageSummary:
     if not prefixes:
         raise InputError(f"{paths.checkpoints}: no checkpoints; run `keras-transformer "
                          f"train` first")
+    check_vocabulary(paths)
     vocab_size = Tokenizer.from_file(paths.spm_model).vocab_size
     model = build_model(config, vocab_size)
     averaged = [v for v in model.weights if keras.backend.is_float_dtype(v.dtype)]

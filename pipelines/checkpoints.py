@@ -11,6 +11,7 @@ temporary directory renamed into place.
 """
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from pipelines import InputError
+from pipelines.files import atomic_open
 from pipelines.paths import CHECKPOINT_NAME, RunPaths
 from pipelines.strategy import any_worker, is_chief, task_id
 
@@ -39,6 +41,31 @@ def training_checkpoints(paths: RunPaths) -> list[str]:
     """Prefixes of the run's kept training checkpoints, oldest first."""
     state = tf.train.get_checkpoint_state(str(paths.checkpoints))
     return list(state.all_model_checkpoint_paths) if state else []
+
+
+def check_vocabulary(paths: RunPaths) -> None:
+    """Refuses checkpoints trained with another SentencePiece model than the run's (a prepare
+    run again since: the same ids would name other pieces).
+
+    Raises:
+        InputError: the recorded vocabulary differs from vocab/spm.model.
+    """
+    recorded = paths.checkpoint_vocabulary
+    if recorded.is_file() and recorded.read_text().strip() != _sha256(paths.spm_model):
+        raise InputError(f"{paths.checkpoints}: trained with another vocabulary than "
+                         f"{paths.spm_model} (prepared again since); move the checkpoints away "
+                         f"to train afresh")
+
+
+def record_vocabulary(paths: RunPaths) -> None:
+    """Records the SentencePiece model the run's checkpoints are trained with."""
+    if not paths.checkpoint_vocabulary.is_file():
+        with atomic_open(paths.checkpoint_vocabulary, "w") as file:
+            file.write(_sha256(paths.spm_model) + "\n")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def newest_readable_checkpoint(directory: Path, repair_index: bool) -> str | None:
@@ -135,9 +162,11 @@ class CheckpointSaver:
         self.model, self.optimizer, self.clock = model, optimizer, clock
         self.strategy, self.settings = strategy, settings
         self.directory = paths.checkpoints
-        self.chief = is_chief(strategy)
+        self.chief, self.paths = is_chief(strategy), paths
         self.latest = (newest_readable_checkpoint(self.directory, repair_index=self.chief)
                        if self.directory.is_dir() else None)
+        if self.latest is not None:
+            check_vocabulary(paths)
         write_dir = self.directory if self.chief else self.directory / f".{task_id(strategy)}"
         self.manager = make_manager(model_checkpoint(model, optimizer=optimizer, clock=clock),
                                     write_dir, settings.keep_checkpoints)
@@ -171,5 +200,6 @@ class CheckpointSaver:
         self.last_save = time.monotonic()
         if self.chief:
             self.latest = path
+            record_vocabulary(self.paths)
         else:
             shutil.rmtree(self.manager.directory, ignore_errors=True)

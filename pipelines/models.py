@@ -14,7 +14,7 @@ from export.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
 from pipelines import InputError
-from pipelines.checkpoints import default_checkpoint, restore_model
+from pipelines.checkpoints import check_vocabulary, default_checkpoint, restore_model
 from pipelines.config import PipelineConfig
 from pipelines.paths import RunPaths
 
@@ -39,6 +39,7 @@ def load_model_for_inference(config: PipelineConfig, checkpoint: str | None = No
     if not paths.spm_model.is_file():
         raise InputError(f"{paths.spm_model}: missing; run `keras-transformer prepare` first")
     checkpoint = checkpoint or default_checkpoint(paths)
+    check_vocabulary(paths)
     if not Path(f"{checkpoint}.index").is_file():
         raise InputError(f"{checkpoint}: no such checkpoint (expected {checkpoint}.index)")
     model = build_model(config, Tokenizer.from_file(paths.spm_model).vocab_size, dtype)

@@ -4,7 +4,8 @@
     data/train-K-of-N.{src,tgt}   train shards, listed by data/train.json (pipelines/shards.py)
     data/{dev,test}.{src,tgt}     held-out splits, one sentence a line
     vocab/spm.model, spm.vocab    the shared SentencePiece model and its pieces
-    checkpoints/ckpt-STEP.*       training checkpoints, indexed by checkpoints/checkpoint
+    checkpoints/ckpt-STEP.*       training checkpoints, indexed by checkpoints/checkpoint;
+                                  vocabulary.sha256: the spm.model they were trained with
     checkpoints/averaged/ckpt.*   the averaged model
     logs/                         TensorBoard events, train_summary.json
     eval/SPLIT.{hyp,json}         translations and scores of a split
@@ -64,6 +65,11 @@ class RunPaths:
     def checkpoint_index(self) -> Path:
         """tf.train.CheckpointManager's index of the training checkpoints."""
         return self.checkpoints / "checkpoint"
+
+    @property
+    def checkpoint_vocabulary(self) -> Path:
+        """The SHA-256 of the SentencePiece model the checkpoints were trained with."""
+        return self.checkpoints / "vocabulary.sha256"
 
     @property
     def averaged(self) -> Path:

@@ -2,10 +2,11 @@
 when its outputs are newer than its inputs and its part of the config is unchanged.
 
 A stage that completes writes runs/NAME/stages/STAGE.json with a fingerprint of the config
-values it reads (changing `train.average_last` reruns average, not train); a stage is up to
-date when that stamp matches, all its outputs exist, and the oldest output is newer than the
-newest input (the previous stage's outputs). Inputs and outputs come from the run's map
-(`pipelines.paths.RunPaths`) and the config (the export formats chosen). So a rerun of a
+values it reads (changing `train.average_last` reruns average, not train) and the size and
+content hash of each input (`input_signature`); a stage is up to date when that stamp matches
+(an edited corpus file reruns prepare), all its outputs exist, and the oldest output is newer
+than the newest input (the previous stage's outputs). Inputs and outputs come from the run's
+map (`pipelines.paths.RunPaths`) and the config (the export formats chosen). So a rerun of a
 finished run does nothing, and deleting a stage's outputs reruns that stage and whatever reads
 them.
 """
@@ -23,6 +24,8 @@ from pipelines.files import atomic_open
 from pipelines.paths import RunPaths
 
 Files = Callable[[PipelineConfig, RunPaths], list[Path]]
+FULL_HASH_BYTES = 64 << 20  # inputs up to this size are hashed whole
+BLOCK_BYTES, SAMPLED_BLOCKS = 1 << 16, 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +75,34 @@ def _export(config: PipelineConfig) -> str:
     return export_run(config).format()
 
 
+def input_signature(inputs: list[Path]) -> dict[str, list]:
+    """What identifies each input that exists: its size and a SHA-256 of its content (of
+    SAMPLED_BLOCKS evenly spaced blocks, with the modification time, above FULL_HASH_BYTES),
+    so that an edit is seen even when the file keeps its time."""
+    return {str(path): _identity(path) for path in inputs if path.is_file()}
+
+
+def _identity(path: Path) -> list:
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        if size <= FULL_HASH_BYTES:
+            for block in iter(lambda: file.read(BLOCK_BYTES), b""):
+                digest.update(block)
+            return [size, digest.hexdigest()]
+        for index in range(SAMPLED_BLOCKS):
+            file.seek((size - BLOCK_BYTES) * index // (SAMPLED_BLOCKS - 1))
+            digest.update(file.read(BLOCK_BYTES))
+    return [size, path.stat().st_mtime_ns, digest.hexdigest()]
+
+
+def _corpus(config: PipelineConfig, paths: RunPaths) -> list[Path]:
+    """The user's corpus files (source `files`)."""
+    splits = (config.data.train, config.data.dev, config.data.test)
+    return [path for split in splits if split for path in (split.src, split.tgt, split.tsv)
+            if path]
+
+
 def _prepared(config: PipelineConfig, paths: RunPaths) -> list[Path]:
     return [paths.train_manifest, *paths.split("dev"), *paths.split("test"), paths.spm_model]
 
@@ -92,7 +123,7 @@ def _exported(config: PipelineConfig, paths: RunPaths) -> list[Path]:
 
 
 STAGES = (
-    Stage("prepare", ("data",), lambda c, p: [], _prepared, _prepare,
+    Stage("prepare", ("data",), _corpus, _prepared, _prepare,
           ignores=("data.batch_tokens", "data.shuffle_buffer")),
     Stage("train", ("data", "model", "train"), _prepared, lambda c, p: [p.checkpoint_index],
           _train, ignores=("train.average_last",)),
@@ -127,13 +158,18 @@ def stale_reason(config: PipelineConfig, stage: Stage) -> str | None:
     stamp = paths.stamp(stage.name)
     if not stamp.exists():
         return "never completed"
-    if json.loads(stamp.read_text()).get("config") != fingerprint(config, stage):
+    recorded = json.loads(stamp.read_text())
+    if recorded.get("config") != fingerprint(config, stage):
         return f"config changed ({', '.join(stage.keys)})"
+    inputs = stage.inputs(config, paths)
+    changed = [name for name, seen in input_signature(inputs).items()
+               if recorded.get("inputs", {}).get(name, seen) != seen]
+    if changed:
+        return f"{changed[0]} changed"
     outputs = stage.outputs(config, paths)
     missing = [str(path) for path in outputs if not path.exists()]
     if missing:
         return f"missing {missing[0]}"
-    inputs = stage.inputs(config, paths)
     newest_input = max((path.stat().st_mtime for path in inputs if path.exists()), default=0)
     if min(path.stat().st_mtime for path in outputs) < newest_input:
         return "inputs are newer than outputs"
@@ -159,6 +195,7 @@ def run(config: PipelineConfig, *, start: str | None = None, only: str | None = 
         echo(stage.action(config))
         with atomic_open(RunPaths(config.run_path).stamp(stage.name), "w") as file:
             json.dump({"config": fingerprint(config, stage),
+                       "inputs": input_signature(stage.inputs(config, RunPaths(config.run_path))),
                        "seconds": round(time.perf_counter() - began, 1)}, file)
         ran.append(stage.name)
     return ran

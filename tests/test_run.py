@@ -1,6 +1,7 @@
 """`keras-transformer run` end to end on a tiny slice of the demo corpus (tiny preset), and the
 stage-skipping rules."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,19 @@ def test_rerun_skips_every_stage_and_deleting_export_reruns_only_export(first_ru
     shutil.rmtree(config.run_path / "export")
     assert run(config, echo=lambda text: None) == ["export"]
     assert (config.run_path / "export" / "saved_model" / "1" / "saved_model.pb").exists()
+
+
+def test_an_edited_corpus_file_makes_prepare_stale_whatever_its_time(first_run, tiny_config):
+    config, _ = first_run
+    prepare = next(stage for stage in STAGES if stage.name == "prepare")
+    corpus = config.data.train.src
+    text, times = corpus.read_bytes(), corpus.stat()
+    corpus.write_bytes(text.replace(b"a", b"e", 1))
+    os.utime(corpus, ns=(times.st_atime_ns, times.st_mtime_ns))  # an edit that keeps the time
+    assert stale_reason(config, prepare) == f"{corpus} changed"
+    corpus.write_bytes(text)
+    os.utime(corpus, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert stale_reason(config, prepare) is None
 
 
 def test_config_change_and_newer_inputs_make_a_stage_stale(first_run, tiny_config):

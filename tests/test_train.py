@@ -193,6 +193,20 @@ def test_a_broken_checkpoint_index_resumes_from_the_newest_complete_checkpoint(
     assert list(paths.checkpoints.glob("ckpt-*.data-*"))  # nothing was deleted
 
 
+def test_checkpoints_of_another_vocabulary_are_refused(tmp_path: Path) -> None:
+    from keras_transformer.tokenizer import train_sentencepiece
+    from pipelines.models import load_model_for_inference
+
+    config = load_config(make_tiny_run(tmp_path, train={"steps": 3, "checkpoint_every_steps": 3}))
+    TrainingRun(config).run()
+    paths = RunPaths(config.run_path)
+    [(train_src, train_tgt)] = paths.train_shards()
+    paths.spm_model.write_bytes(train_sentencepiece([train_src, train_tgt], vocab_size=380))
+    for stage in (lambda: TrainingRun(config), lambda: load_model_for_inference(config)):
+        with pytest.raises(InputError, match="trained with another vocabulary than"):
+            stage()
+
+
 def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
     assert set(typing.get_args(typing.get_type_hints(ModelSection)["preset"])) == set(PRESETS)
     demo = load_config("demo")

@@ -95,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if error.errno not in SYSTEM_ERRORS:
             raise
         where = f"{error.filename}: " if error.filename else ""
-        print(f"keras-transformer {args.command}: error: {where}{error.strerror.lower()}",
+        reason = (error.strerror or os.strerror(error.errno)).lower()
+        print(f"keras-transformer {args.command}: error: {where}{reason}",
               file=sys.stderr)
         return 2
 

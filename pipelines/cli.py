@@ -14,8 +14,8 @@ from typing import Sequence
 
 from export import ExportError
 from pipelines import InputError
-from pipelines.config import load_config
-from pipelines.run import STAGE_NAMES
+from pipelines.config import PipelineConfig, check_corpus_files, load_config
+from pipelines.run import STAGE_NAMES, STAGES, stale_reason
 from pipelines.startup import import_tensorflow_quietly
 
 # Errors of the machine, not of the program: reported in one line, exit status 2.
@@ -83,8 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        if getattr(args, "config", None):
-            load_config(args.config)  # config errors come before TensorFlow's start-up
+        if getattr(args, "config", None):  # config errors come before TensorFlow's start-up
+            config = load_config(args.config)
+            if _reads_corpus(args, config):
+                check_corpus_files(args.config, config)
         if args.command != "translate":  # which may run on ONNX Runtime, without TensorFlow
             import_tensorflow_quietly()
         return args.handler(args)
@@ -99,6 +101,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"keras-transformer {args.command}: error: {where}{reason}",
               file=sys.stderr)
         return 2
+
+
+def _reads_corpus(args: argparse.Namespace, config: PipelineConfig) -> bool:
+    """Whether the command will run the prepare stage (which reads the corpus files)."""
+    if args.command != "run":
+        return args.command == "prepare"
+    requested = args.only or args.start
+    if requested:
+        return requested == "prepare"
+    return stale_reason(config, STAGES[STAGE_NAMES.index("prepare")]) is not None
 
 
 def _prepare(args: argparse.Namespace) -> int:

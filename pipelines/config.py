@@ -24,7 +24,7 @@ from keras_transformer.config import ModelConfig, ModelConfigError
 from keras_transformer.precision import resolve_dtype
 from pipelines.shards import MAX_SHARDS
 from pipelines.source_spec import check_source_spec
-from pipelines.yaml_dataclasses import ConfigError, FieldError, load_yaml
+from pipelines.yaml_dataclasses import ConfigError, FieldError, key_error, load_yaml
 
 BUILTIN_CONFIGS = Path(__file__).with_name("configs")  # package data: pipelines/configs/*.yaml
 EXPORT_FORMATS = ("saved_model", "onnx")
@@ -297,3 +297,20 @@ def load_config(path_or_name: str | Path) -> PipelineConfig:
     """
     return load_yaml(resolve_config_path(path_or_name), PipelineConfig)
 
+
+
+def check_corpus_files(path_or_name: str | Path, config: PipelineConfig) -> None:
+    """Checks that the corpus files of a `files` source exist, before any work (`prepare` and
+    `run` read them; later stages read the prepared copy).
+
+    Raises:
+        ConfigError: `FILE:LINE: data.train.src: PATH: no such file`, for the first missing.
+    """
+    for split in ("train", "dev", "test"):
+        files = getattr(config.data, split)
+        for side in ("src", "tgt", "tsv"):
+            path = getattr(files, side) if files else None
+            if path is not None and not path.is_file():
+                problem = "a directory, not a file" if path.is_dir() else "no such file"
+                raise key_error(resolve_config_path(path_or_name), f"data.{split}.{side}",
+                                f"{path}: {problem}")

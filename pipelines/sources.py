@@ -17,6 +17,7 @@ import codecs
 import collections
 import dataclasses
 import itertools
+import urllib.error
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -25,6 +26,8 @@ from pipelines.bible import bible_pairs
 from pipelines.files import clean_text
 
 if TYPE_CHECKING:
+    import tensorflow_datasets as tfds
+
     from pipelines.config import DataConfig, SplitFiles
 
 Pair = tuple[str, str]
@@ -32,6 +35,7 @@ PoolPair = tuple[str, str, str | None]  # (source, target, split given by the so
 SPLITS = ("train", "dev", "test")
 READ_BUFFER = 1 << 20
 TFDS_BATCH = 4096
+TFDS_RETRIES = 2  # per download URL; tfds's 10, with backoff, take 3.5 minutes offline
 
 
 @dataclasses.dataclass
@@ -181,6 +185,8 @@ def _tfds_source(data: DataConfig, meter: Meter) -> Source:
     except tfds.core.registered.DatasetNotFoundError as error:
         raise CorpusError(f"{data.source}: no such tensorflow-datasets builder "
                           f"({str(error).splitlines()[0]})") from None
+    if not builder.is_prepared():
+        _download_and_prepare(builder, data)
     languages = list(builder.info.features.keys())
     default = builder.info.supervised_keys or (None, None)
     src_lang, tgt_lang = data.src_lang or default[0], data.tgt_lang or default[1]
@@ -212,6 +218,28 @@ def _tfds_source(data: DataConfig, meter: Meter) -> Source:
              if split in datasets}
     return Source(data.source, lambda: ((s, t, None) for s, t in pairs("train", meter)), given,
                   {}, meter)
+
+
+def _download_and_prepare(builder: tfds.core.DatasetBuilder, data: DataConfig) -> None:
+    """Downloads and prepares a builder's data in its data_dir, failing within seconds, with
+    how to provide the data offline, when a download cannot connect."""
+    import requests
+    from tensorflow_datasets.core.download import downloader
+
+    retries, downloader.MAX_RETRIES = downloader.MAX_RETRIES, TFDS_RETRIES
+    try:
+        builder.download_and_prepare()
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+            urllib.error.URLError) as error:
+        url = getattr(getattr(error, "request", None), "url", None) or "a download URL"
+        name = data.source.partition(":")[2]
+        raise CorpusError(
+            f"{data.source}: not prepared in {builder.data_dir_root} and {url} cannot be reached "
+            f"({type(error).__name__}). Without network access: run `tfds build {name} "
+            f"--data_dir DIR` on a machine that has it, copy DIR here and set "
+            f"data.tfds_data_dir: DIR") from None
+    finally:
+        downloader.MAX_RETRIES = retries
 
 
 def _decode(value: bytes, source: str, split: str, index: int) -> str:

@@ -59,6 +59,22 @@ def load_yaml(path: Path, cls: type[T]) -> T:
     return _Builder(path, lines).build(cls, data, "")
 
 
+def key_error(path: Path, key: str, message: str) -> ConfigError:
+    """`FILE:LINE: KEY: message` for a key of a valid YAML file `path` (a check made after
+    loading, e.g. that a file it names exists); the line of the nearest key present."""
+    lines: dict[str, int] = {}
+    _key_lines(path, yaml.compose(path.read_text("utf-8"), Loader=yaml.SafeLoader), "", lines)
+    return ConfigError(f"{_where(path, lines, key)}: {key}: {message}")
+
+
+def _where(path: Path, lines: dict[str, int], key: str) -> str:
+    """`FILE:LINE` of `key`, or of the nearest enclosing key present (line 1 if none)."""
+    probe = key
+    while probe and probe not in lines:
+        probe = probe.rpartition(".")[0]
+    return f"{path}:{lines[probe]}" if probe else f"{path}:1"
+
+
 def _key_lines(path: Path, node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
     """Records the 1-based line of every key path (`data.vocab_size`, `a.b[2]`) under a node.
 
@@ -93,11 +109,8 @@ class _Builder:
     lines: dict[str, int]
 
     def error(self, key: str, message: str) -> ConfigError:
-        probe = key
-        while probe and probe not in self.lines:
-            probe = probe.rpartition(".")[0]
-        where = f"{self.path}:{self.lines[probe]}" if probe else f"{self.path}:1"
-        return ConfigError(f"{where}: {key or '(top level)'}: {message}")
+        return ConfigError(f"{_where(self.path, self.lines, key)}: {key or '(top level)'}: "
+                           f"{message}")
 
     def build(self, cls: type, data: Any, key: str) -> Any:
         if not isinstance(data, dict):

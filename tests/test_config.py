@@ -179,17 +179,29 @@ def test_a_long_data_max_length_needs_a_long_model_max_length(tmp_path):
     assert model.model_config().max_length == 2000
 
 
-def test_the_cli_rejects_a_bad_model_field_in_one_line_without_tensorflow(tmp_path):
-    path = write(tmp_path, f"name: demo\n{MODEL}  preset: tiny\n  num_heads: 3\n")
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipelines.cli", "prepare",
+MISSING_CORPUS = ("name: demo\nrun_dir: run\ndata:\n  source: files\n"
+                  "  train: {tsv: train.tsv}\n  dev:\n    src: dev.en\n    tgt: dev.fr\n")
+
+
+@pytest.mark.parametrize("command, text, error", [
+    ("prepare", f"name: demo\n{MODEL}  preset: tiny\n  num_heads: 3\n",
+     "{path}:5: model.num_heads: ModelConfig.d_model (64) must be divisible by "
+     "ModelConfig.num_heads (3) unless key_dim and value_dim are set"),
+    ("prepare", MISSING_CORPUS, "{path}:7: data.dev.src: {dir}/dev.en: no such file"),
+    ("run", MISSING_CORPUS, "{path}:7: data.dev.src: {dir}/dev.en: no such file"),
+])
+def test_the_cli_rejects_a_bad_config_in_one_line_without_tensorflow(tmp_path, command, text,
+                                                                      error):
+    path = write(tmp_path, text)
+    (tmp_path / "train.tsv").write_text("a\tb\n")
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipelines.cli", command,
                            str(path)], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent)
     imported = [line.rpartition("|")[2].strip() for line in done.stderr.splitlines()
                 if line.startswith("import time:")]
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert done.returncode == 2 and done.stdout == ""
-    assert errors == [f"keras-transformer prepare: error: {path}:5: model.num_heads: "
-                      "ModelConfig.d_model (64) must be divisible by ModelConfig.num_heads (3) "
-                      "unless key_dim and value_dim are set"]
+    assert errors == [f"keras-transformer {command}: error: "
+                      + error.format(path=path, dir=tmp_path)]
     assert "pipelines.config" in imported
     assert not [name for name in imported if name.split(".")[0] == "tensorflow"]

@@ -3,6 +3,7 @@ streamed into cleaned, filtered, de-duplicated splits."""
 import dataclasses
 import hashlib
 import importlib.util
+import socket
 import tempfile
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from pipelines.bible import BIBLES, clean_verse
 from pipelines.config import DataConfig, SplitFiles
 from pipelines.files import read_lines
 from pipelines.shards import shard_stem
-from pipelines.sources import open_source
+from pipelines.sources import TFDS_RETRIES, open_source
 from pipelines.splitting import write_splits
 
 
@@ -197,3 +198,21 @@ def test_tfds_builders_through_tfds_load(monkeypatch):
             load_corpus(DataConfig(source="tfds:ted_hrlr_translate/pt_to_en", src_lang="fr"))
     with pytest.raises(CorpusError, match="tfds:no_such_dataset: no such tensorflow-datasets"):
         load_corpus(DataConfig(source="tfds:no_such_dataset"))
+
+
+def test_a_tfds_download_without_network_fails_fast_saying_how_to_work_offline(tmp_path,
+                                                                               monkeypatch):
+    lookups = []
+
+    def no_network(host, *args, **kwargs):
+        lookups.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    data = DataConfig(source="tfds:ted_hrlr_translate/pt_to_en", tfds_data_dir=tmp_path)
+    with pytest.raises(CorpusError, match=(
+            rf"^tfds:ted_hrlr_translate/pt_to_en: not prepared in {tmp_path} and \S+ cannot be "
+            r"reached \(ConnectionError\)\. Without network access: run `tfds build "
+            r"ted_hrlr_translate/pt_to_en --data_dir DIR` .* set data.tfds_data_dir: DIR$")):
+        load_corpus(data)
+    assert 0 < len(lookups) <= TFDS_RETRIES + 1

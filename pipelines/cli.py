@@ -93,6 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InputError, ExportError) as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"keras-transformer {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader of stdout left (`translate ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141
     except OSError as error:  # a full disk, a read-only or unreadable directory
         if error.errno not in SYSTEM_ERRORS:
             raise

@@ -163,7 +163,8 @@ def _translate(args: argparse.Namespace) -> int:
     if (args.beam is not None and args.beam < 1) or args.batch_size < 1:
         raise InputError("--beam and --batch-size must be positive")
     if args.input != "-" and not Path(args.input).is_file():
-        raise InputError(f"{args.input}: no such file")
+        problem = "a directory, not a file" if Path(args.input).is_dir() else "no such file"
+        raise InputError(f"{args.input}: {problem}")
     if resolve_export(Path(args.model_dir), args.runtime)[0] == "tf":
         import_tensorflow_quietly()
     translator = open_translator(Path(args.model_dir), args.runtime, args.beam)

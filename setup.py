@@ -20,6 +20,7 @@ setup(
         "onnx==1.23.2",
         "onnxruntime==1.31.1",
         "onnxruntime-extensions==0.15.2",
+        "ctranslate2==4.8.5",  # export --format ctranslate2, translate --runtime ct2
         "tensorflow-serving-api==2.21.0",  # the SavedModel's warm-up requests
         "pyyaml==6.0.3",
         "matplotlib==3.11.2",

@@ -1,0 +1,81 @@
+"""CTranslate2 runner of a CTranslate2 export directory (`export.ctranslate2`); imports no
+TensorFlow.
+
+Lines are tokenized as the exported graphs tokenize them (whitespace runs as one space, at
+most max_source_length - 1 pieces, then EOS; a line without pieces translates to ""), decoded
+with the exported beam size and alpha, and detokenized to one line each.
+
+Example:
+    translator = CTranslate2Translator(Path("runs/demo/export/ctranslate2"), "int8")
+    translator.translate_lines(["In the beginning."])  # ["Au commencement."]
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import ctranslate2
+import sentencepiece as spm
+
+from export import ExportError
+from export.lines import decode_line, translate_in_batches
+
+QUANTIZATIONS = ("float32", "int8")  # the models an export writes, one directory each
+SPM_FILE, METADATA_FILE = "spm.model", "translator.json"
+WHITESPACE = re.compile(r"[\t\n\f\r ]+")  # RE2's \s, as the graphs' regex_replace reads it
+LINE_BREAK_PIECES, SPACE_PIECE = ("<0x0A>", "<0x0D>"), "<0x20>"
+
+
+class CTranslate2Translator:
+    """One quantization of a CTranslate2 export, on the CPU.
+
+    Args:
+        directory: a CTranslate2 export directory (holding float32/, int8/, spm.model).
+        quantization: which model to run (QUANTIZATIONS).
+        threads: intra-op threads (default: one per CPU core).
+    """
+
+    def __init__(self, directory: Path, quantization: str = "float32",
+                 threads: int | None = None) -> None:
+        self.directory = Path(directory)
+        if quantization not in QUANTIZATIONS:
+            raise ExportError(f"unknown CTranslate2 quantization {quantization!r}; choose from "
+                              f"{', '.join(QUANTIZATIONS)}")
+        self.metadata: dict[str, Any] = json.loads((self.directory / METADATA_FILE).read_text())
+        self.processor = spm.SentencePieceProcessor(model_file=str(self.directory / SPM_FILE))
+        self.translator = ctranslate2.Translator(
+            str(self.directory / quantization), device="cpu", compute_type=quantization,
+            intra_threads=threads or os.cpu_count() or 1)
+        self.line_breaks = {self.processor.piece_to_id(piece) for piece in LINE_BREAK_PIECES}
+        self.space = self.processor.piece_to_id(SPACE_PIECE)
+
+    def translate(self, texts: Sequence[str | bytes]) -> list[str]:
+        """One batch of lines -> their translations."""
+        limit = self.metadata["max_source_length"] - 1
+        sources = [self.processor.encode(WHITESPACE.sub(" ", decode_line(text)),
+                                         out_type=str)[:limit] for text in texts]
+        real = [i for i, pieces in enumerate(sources) if pieces]
+        translations = [""] * len(sources)
+        if not real:
+            return translations
+        longest = max(len(sources[i]) + 1 for i in real)  # EOS included
+        results = self.translator.translate_batch(
+            [sources[i] for i in real], beam_size=self.metadata["beam_size"],
+            length_penalty=self.metadata["alpha"], max_input_length=0,
+            max_decoding_length=min(longest + self.metadata["extra_length"],
+                                    self.metadata["model"]["max_length"]))
+        for i, result in zip(real, results):
+            translations[i] = self._detokenize(result.hypotheses[0])
+        return translations
+
+    def translate_lines(self, lines: Sequence[str | bytes], batch_size: int = 32) -> list[str]:
+        """Translations of `lines` in their order, decoded in batches of similar lengths."""
+        return translate_in_batches(self.translate, lines, batch_size)
+
+    def _detokenize(self, pieces: list[str]) -> str:
+        """Pieces -> one line: a generated line break or carriage return reads as a space."""
+        ids = [self.processor.piece_to_id(piece) for piece in pieces]
+        return self.processor.decode([self.space if i in self.line_breaks else i for i in ids])

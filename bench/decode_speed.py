@@ -1,17 +1,22 @@
-"""Decoding speed of the exports, beam search inside: sentences/s and target tokens/s of the
-SavedModel (TensorFlow) and of model.onnx (ONNX Runtime) at batch sizes 1 and 32 on a run's
-test split, and decode time against output length (batch 1: the cache makes it linear).
+"""Decoding speed and BLEU of the exports on a run's test split, beam search as exported:
+sentences/s, target tokens/s and BLEU of the SavedModel (TensorFlow), model.onnx (ONNX
+Runtime) and CTranslate2 float32 and int8 on the same weights, at batch sizes 1 and 32, then
+decode time against output length (batch 1: the cache makes it linear).
 
     .venv/bin/python bench/decode_speed.py [CONFIG] [--sentences N] [--threads N]
+                                           [--batch-sizes 1,32]
 
 The model: runs/NAME/export if it exists, else an export of the run's checkpoint, else (said
 in the output) a randomly initialised model of the config's preset, which decodes every
-sentence to the length limit (source length + evaluate.extra_length). Each runtime runs in a
-process of its own (its own thread pools; ONNX Runtime never beside TensorFlow). The ids
-signatures are timed (translate_ids, model.onnx): sources are tokenized beforehand, batches
-of similar lengths as `translate_lines` makes them, and target tokens are counted exactly
-(EOS included). One warm-up batch per batch size is not timed; at batch 1 each sentence runs
-twice and the length table takes the faster run (other processes share the CPU).
+sentence to the length limit (source length + evaluate.extra_length); the CTranslate2 models
+are converted from the SavedModel's weights when the export has none. Each runtime runs in a
+process of its own (its own thread pools; ONNX Runtime never beside TensorFlow). Sources are
+tokenized beforehand and decoded as ids (pieces for CTranslate2), in batches of similar
+lengths as `translate_lines` makes them; target tokens are counted with their EOS (a
+CTranslate2 hypothesis with one EOS more: it returns none). BLEU (sacrebleu, detokenized
+output against the reference) comes from the largest batch size's run. One warm-up batch per
+batch size is not timed; at batch 1 each sentence runs twice and the length table takes the
+faster run (other processes share the CPU).
 """
 from __future__ import annotations
 
@@ -23,12 +28,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from pipelines.paths import RunPaths
 
-BATCH_SIZES = (1, 32)
+RUNTIMES = {"tf": "SavedModel", "onnx": "model.onnx", "ct2-float32": "CTranslate2",
+            "ct2-int8": "CTranslate2"}
 LENGTH_BUCKET = 10  # output tokens per row of the length table
 REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a busy machine)
 
@@ -36,11 +43,44 @@ REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a 
 def worker(runtime: str, model_dir: Path, sources: list[list[int]], batch_size: int,
            threads: int, repeats: int) -> list[dict]:
     """Times `sources` decoded in batches, each `repeats` times: [{"seconds": [per run],
-    "sentences", "tokens", "lengths"}] per batch."""
+    "sentences", "tokens", "lengths", "indices", "targets"}] per batch (targets: the best
+    ids of sources[indices], EOS included)."""
+    translate_ids = _translate_ids_function(runtime, model_dir, threads)
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    translate_ids([sources[i] for i in batches[len(batches) // 2]])  # warm-up
+    results = []
+    for indices in batches:
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            targets = translate_ids([sources[i] for i in indices])
+            seconds.append(time.perf_counter() - start)
+        lengths = [len(target) for target in targets]
+        results.append({"seconds": seconds, "sentences": len(indices), "tokens": sum(lengths),
+                        "lengths": lengths, "indices": indices, "targets": targets})
+    return results
+
+
+def _translate_ids_function(runtime: str, model_dir: Path, threads: int
+                            ) -> Callable[[list[list[int]]], list[list[int]]]:
+    """Source ids (pieces, EOS) -> best target ids (EOS included where the hypothesis ended)
+    for a batch, with `runtime`."""
+    if runtime.startswith("ct2-"):
+        from export.ct2_runtime import CTranslate2Translator
+
+        ct2 = CTranslate2Translator(model_dir, runtime.removeprefix("ct2-"), threads)
+        to_piece, to_id = ct2.processor.id_to_piece, ct2.processor.piece_to_id
+
+        def translate_ids(batch: list[list[int]]) -> list[list[int]]:
+            pieces = ct2.translate_pieces([[to_piece(i) for i in row[:-1]] for row in batch])
+            return [[to_id(piece) for piece in row] + [ct2.processor.eos_id()] for row in pieces]
+
+        return translate_ids
     if runtime == "onnx":
         from export.onnx_runtime import OnnxTranslator
 
-        translate_ids = OnnxTranslator(model_dir, threads=threads).translate_ids
+        run = OnnxTranslator(model_dir, threads=threads).translate_ids
     else:
         import tensorflow as tf
 
@@ -49,25 +89,14 @@ def worker(runtime: str, model_dir: Path, sources: list[list[int]], batch_size: 
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         signature = SavedModelTranslator(model_dir).loaded.signatures["translate_ids"]
 
-        def translate_ids(ids: np.ndarray) -> dict[str, np.ndarray]:
+        def run(ids: np.ndarray) -> dict[str, np.ndarray]:
             return {k: v.numpy() for k, v in signature(source_ids=tf.constant(ids)).items()}
 
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    batches = [[sources[i] for i in order[start:start + batch_size]]
-               for start in range(0, len(order), batch_size)]
-    translate_ids(_pad(batches[len(batches) // 2]))  # warm-up
-    results = []
-    for batch in batches:
-        ids = _pad(batch)
-        seconds = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            target = translate_ids(ids)["target_ids"]
-            seconds.append(time.perf_counter() - start)
-        lengths = [int(n) for n in np.sum(target != 0, axis=1)]  # EOS included, PAD after
-        results.append({"seconds": seconds, "sentences": len(batch), "tokens": sum(lengths),
-                        "lengths": lengths})
-    return results
+    def translate_ids(batch: list[list[int]]) -> list[list[int]]:
+        target = run(_pad(batch))["target_ids"]  # [batch, time]: EOS, then PAD
+        return [[int(i) for i in row if i != 0] for row in target]
+
+    return translate_ids
 
 
 def _pad(rows: list[list[int]]) -> np.ndarray:
@@ -77,8 +106,8 @@ def _pad(rows: list[list[int]]) -> np.ndarray:
     return ids
 
 
-def find_model(config_name: str, scratch: Path) -> tuple[Path, Path, str]:
-    """(SavedModel version, ONNX directory, what the model is), exporting if needed."""
+def find_model(config_name: str, scratch: Path) -> tuple[dict[str, Path], str]:
+    """(the model directory of each runtime, what the model is), exporting if needed."""
     from export.versions import latest_version
     from pipelines.config import load_config
 
@@ -86,19 +115,31 @@ def find_model(config_name: str, scratch: Path) -> tuple[Path, Path, str]:
     paths = RunPaths(config.run_path)
     version = latest_version(paths.saved_model)
     if version and (paths.onnx / "model.onnx").is_file():
-        return version, paths.onnx, f"the export of {config.run_path}"
-    from pipelines.checkpoints import default_checkpoint
+        about = f"the export of {config.run_path}"
+        version, onnx_dir = version, paths.onnx
+    else:
+        from pipelines.checkpoints import default_checkpoint
 
-    try:
-        default_checkpoint(paths)
-    except ValueError:
-        return _export_random(config, scratch) + (
-            f"UNTRAINED: a random {config.model.preset} model (no checkpoint in "
-            f"{config.run_path}); it decodes every sentence to the length limit",)
-    from pipelines.export import export_run
+        try:
+            default_checkpoint(paths)
+        except ValueError:
+            version, onnx_dir = _export_random(config, scratch)
+            about = (f"UNTRAINED: a random {config.model.preset} model (no checkpoint in "
+                     f"{config.run_path}); it decodes every sentence to the length limit")
+        else:
+            from pipelines.export import export_run
 
-    summary = export_run(config)
-    return summary.saved_model, summary.onnx, f"{summary.checkpoint}, just exported"
+            summary = export_run(config)
+            version, onnx_dir = summary.saved_model, summary.onnx
+            about = f"{summary.checkpoint}, just exported"
+    ct2_dir = paths.export / "ctranslate2"
+    if not (ct2_dir / "int8").is_dir():
+        from export.ctranslate2 import export_ctranslate2
+        from export.saved_model import SavedModelTranslator
+
+        ct2_dir = scratch / "ctranslate2"
+        export_ctranslate2(SavedModelTranslator(version).rebuild(), ct2_dir)
+    return {"tf": version, "onnx": onnx_dir, "ct2-float32": ct2_dir, "ct2-int8": ct2_dir}, about
 
 
 def _export_random(config, directory: Path) -> tuple[Path, Path]:
@@ -121,34 +162,55 @@ def _export_random(config, directory: Path) -> tuple[Path, Path]:
     return export_saved_model(translator, directory / "saved_model"), directory / "onnx"
 
 
-def source_ids(config_name: str, count: int) -> list[list[int]]:
-    """The first `count` test sources as the exports read them (pieces, EOS)."""
+def test_split(config_name: str, count: int) -> tuple[list[list[int]], list[str], Path]:
+    """The first `count` test sources as the exports read them (pieces, EOS), their
+    references, and the SentencePiece model."""
     import sentencepiece as spm
 
-    from keras_transformer.tokenizer import EOS_ID
     from pipelines.config import load_config
 
     config = load_config(config_name)
     paths, limit = RunPaths(config.run_path), config.data.max_length - 1
     processor = spm.SentencePieceProcessor(model_file=str(paths.spm_model))
-    with open(paths.split("test")[0], encoding="utf-8") as file:
-        lines = [line.rstrip("\n") for line, _ in zip(file, range(count))]
-    return [processor.encode(line)[:limit] + [EOS_ID] for line in lines]
+    src, tgt = paths.split("test")
+    with open(src, encoding="utf-8") as sources, open(tgt, encoding="utf-8") as targets:
+        pairs = [(s.rstrip("\n"), t.rstrip("\n"))
+                 for (s, t), _ in zip(zip(sources, targets), range(count))]
+    return ([processor.encode(s)[:limit] + [processor.eos_id()] for s, _ in pairs], [t for _, t in pairs],
+            paths.spm_model)
 
 
-def report(results: dict[str, dict[int, list[dict]]], about: str, threads: int) -> str:
-    """Throughput per runtime and batch size (first runs), then batch-1 decode time against
-    output length (fastest runs) with a linear fit per runtime."""
-    lines = [f"model: {about}",
-             f"{threads} intra-op thread(s) per runtime, beam search in the graph",
-             "", f"{'runtime':<18}{'batch':>6}{'sentences':>11}{'sent/s':>9}{'tokens/s':>10}"]
+def bleu(batches: list[dict], references: list[str], spm_model: Path) -> float:
+    """sacrebleu BLEU of the batches' translations (ids up to EOS) against `references`."""
+    import sacrebleu
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=str(spm_model))
+    hypotheses = [""] * len(references)
+    for batch in batches:
+        for index, target in zip(batch["indices"], batch["targets"]):
+            hypotheses[index] = processor.decode(target[:-1] if target[-1:] == [
+                processor.eos_id()] else target)
+    return sacrebleu.corpus_bleu(hypotheses, [references]).score
+
+
+def report(results: dict[str, dict[int, list[dict]]], about: str, threads: int,
+           bleus: dict[str, float]) -> str:
+    """Throughput per runtime and batch size (first runs) and BLEU, then batch-1 decode time
+    against output length (fastest runs) with a linear fit per runtime."""
+    lines = [f"model: {about}", f"{threads} intra-op thread(s) per runtime",
+             "", f"{'runtime':<28}{'batch':>6}{'sentences':>11}{'sent/s':>9}{'tokens/s':>10}"
+             f"{'BLEU':>7}"]
     for runtime, by_batch in results.items():
         for batch_size, batches in by_batch.items():
             seconds = sum(b["seconds"][0] for b in batches)
             sentences = sum(b["sentences"] for b in batches)
             tokens = sum(b["tokens"] for b in batches)
-            lines.append(f"{runtime:<18}{batch_size:>6}{sentences:>11}"
-                         f"{sentences / seconds:>9.2f}{tokens / seconds:>10.1f}")
+            lines.append(f"{runtime:<28}{batch_size:>6}{sentences:>11}"
+                         f"{sentences / seconds:>9.2f}{tokens / seconds:>10.1f}"
+                         f"{bleus[runtime]:>7.2f}")
+    if not all(1 in by_batch for by_batch in results.values()):
+        return "\n".join(lines)
     singles = {runtime: (np.array([b["lengths"][0] for b in by_batch[1]], float),
                          np.array([min(b["seconds"]) for b in by_batch[1]]))
                for runtime, by_batch in results.items()}
@@ -175,7 +237,10 @@ def main() -> int:
     parser.add_argument("config", nargs="?", default="demo")
     parser.add_argument("--sentences", type=int, default=200, help="test sentences decoded")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--worker", choices=("tf", "onnx"), help=argparse.SUPPRESS)
+    parser.add_argument("--batch-sizes", default="1,32", help="comma-separated")
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES), help="comma-separated, of "
+                        f"{', '.join(RUNTIMES)}")
+    parser.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -186,23 +251,27 @@ def main() -> int:
         print(json.dumps(worker(args.worker, Path(args.model_dir), sources, args.batch_size,
                                 args.threads, repeats)))
         return 0
+    batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory() as scratch:
-        version, onnx_dir, about = find_model(args.config, Path(scratch))
-        sources = json.dumps(source_ids(args.config, args.sentences))
+        directories, about = find_model(args.config, Path(scratch))
+        sources, references, spm_model = test_split(args.config, args.sentences)
         results: dict[str, dict[int, list[dict]]] = {}
-        for runtime, name, directory in (("tf", "SavedModel (TF)", version),
-                                         ("onnx", "model.onnx (ORT)", onnx_dir)):
+        bleus: dict[str, float] = {}
+        for runtime in args.runtimes.split(","):
+            name = f"{RUNTIMES[runtime]} ({runtime})"
             results[name] = {}
-            for batch_size in BATCH_SIZES:
+            for batch_size in batch_sizes:
                 done = subprocess.run(
                     [sys.executable, __file__, "--worker", runtime, "--model-dir",
-                     str(directory), "--batch-size", str(batch_size), "--threads",
-                     str(args.threads)], input=sources, capture_output=True, text=True)
+                     str(directories[runtime]), "--batch-size", str(batch_size), "--threads",
+                     str(args.threads)], input=json.dumps(sources), capture_output=True,
+                    text=True)
                 if done.returncode:
                     sys.stderr.write(done.stderr)
                     return done.returncode
                 results[name][batch_size] = json.loads(done.stdout.splitlines()[-1])
-        print(report(results, about, args.threads))
+            bleus[name] = bleu(results[name][max(batch_sizes)], references, spm_model)
+        print(report(results, about, args.threads, bleus))
     return 0
 
 

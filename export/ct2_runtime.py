@@ -57,8 +57,13 @@ class CTranslate2Translator:
         limit = self.metadata["max_source_length"] - 1
         sources = [self.processor.encode(WHITESPACE.sub(" ", decode_line(text)),
                                          out_type=str)[:limit] for text in texts]
+        return [self._detokenize(pieces) for pieces in self.translate_pieces(sources)]
+
+    def translate_pieces(self, sources: list[list[str]]) -> list[list[str]]:
+        """Source pieces (EOS not included) -> the best translation's pieces (EOS not
+        included), beam search with the exported settings; no pieces -> none."""
         real = [i for i, pieces in enumerate(sources) if pieces]
-        translations = [""] * len(sources)
+        translations: list[list[str]] = [[] for _ in sources]
         if not real:
             return translations
         longest = max(len(sources[i]) + 1 for i in real)  # EOS included
@@ -68,7 +73,7 @@ class CTranslate2Translator:
             max_decoding_length=min(longest + self.metadata["extra_length"],
                                     self.metadata["model"]["max_length"]))
         for i, result in zip(real, results):
-            translations[i] = self._detokenize(result.hypotheses[0])
+            translations[i] = result.hypotheses[0]
         return translations
 
     def translate_lines(self, lines: Sequence[str | bytes], batch_size: int = 32) -> list[str]:

@@ -1,8 +1,9 @@
 """CTranslate2 runner of a CTranslate2 export directory (`export.ctranslate2`); imports no
 TensorFlow.
 
-Lines are tokenized as the exported graphs tokenize them (whitespace runs as one space, at
-most max_source_length - 1 pieces, then EOS; a line without pieces translates to ""), decoded
+Lines are tokenized as the exported graphs tokenize them (runs of whitespace and NUL as one
+space, at most max_source_length - 1 pieces, then EOS; a line without pieces translates to ""),
+decoded
 with the exported beam size and alpha, and detokenized to one line each.
 
 Example:
@@ -25,7 +26,7 @@ from export.lines import decode_line, translate_in_batches
 
 QUANTIZATIONS = ("float32", "int8")  # the models an export writes, one directory each
 SPM_FILE, METADATA_FILE = "spm.model", "translator.json"
-WHITESPACE = re.compile(r"[\t\n\f\r ]+")  # RE2's \s, as the graphs' regex_replace reads it
+SPACES = re.compile(r"[\t\n\f\r \x00]+")  # RE2's \s and NUL: as the graphs' tokenizer reads
 LINE_BREAK_PIECES, SPACE_PIECE = ("<0x0A>", "<0x0D>"), "<0x20>"
 
 
@@ -55,7 +56,7 @@ class CTranslate2Translator:
     def translate(self, texts: Sequence[str | bytes]) -> list[str]:
         """One batch of lines -> their translations."""
         limit = self.metadata["max_source_length"] - 1
-        sources = [self.processor.encode(WHITESPACE.sub(" ", decode_line(text)),
+        sources = [self.processor.encode(SPACES.sub(" ", decode_line(text)),
                                          out_type=str)[:limit] for text in texts]
         return [self._detokenize(pieces) for pieces in self.translate_pieces(sources)]
 

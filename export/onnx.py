@@ -3,7 +3,9 @@
     model.onnx       source_ids int32 [batch, time] -> target_ids int32 [batch, time],
                      score float32 [batch]; runs with plain onnxruntime
     translator.onnx  text string [batch] -> translation string [batch], score float32 [batch];
-                     needs onnxruntime-extensions (SentencePiece)
+                     needs onnxruntime-extensions (SentencePiece), whose string kernels read
+                     a line up to its first NUL (`OnnxTranslator` first replaces NUL by a
+                     space, as the TF graph reads it)
     spm.model, translator.json   the tokenizer and the decoding settings
 
 The beam-search tf.while_loop becomes one ONNX Loop. Opset 17 (tf2onnx 1.17 supports up to

@@ -80,10 +80,9 @@ class OnnxTranslator:
 
     def translate(self, texts: Sequence[str | bytes]) -> dict[str, Any]:
         """Lines -> {"translation": list[str], "score": float32 [batch]}; invalid UTF-8 in
-        bytes reads as U+FFFD per byte, as the TF graph's SentencePiece reads it."""
-        lines = [decode_line(text) for text in texts]  # ONNX Runtime takes str only
-        if not lines:  # the graph needs a batch of at least one
-            return {"translation": [], "score": np.zeros([0], np.float32)}
+        bytes reads as U+FFFD per byte and NUL as a space, as the TF graph reads them
+        (onnxruntime-extensions' string kernels would end a line at its first NUL)."""
+        lines = [decode_line(text).replace("\0", " ") for text in texts]  # str for ORT
         if self._needs_child():
             output = self._in_child("translate", lines)
             return {"translation": output["translation"],

@@ -6,9 +6,15 @@ import tensorflow as tf
 
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
 
+# Encoded with every batch and dropped: tf2onnx's ragged-to-dense conversion divides by the
+# longest row's length, so a batch of only blank lines (or none) must not reach it alone.
+GUARD_LINE = "."
+
 
 def encode_text(text: tf.Tensor, model_proto: bytes, max_length: int) -> tf.Tensor:
     """Strings [batch] -> source ids int32 [batch, time]: the pieces of each line, whitespace
-    runs read as one space, cut to `max_length - 1` pieces, then EOS, then PAD."""
-    ids = Tokenizer(model_proto).tokenize(text, add_eos=True, max_length=max_length)
-    return ids.to_tensor(PAD_ID)  # [batch, time]
+    runs read as one space, cut to `max_length - 1` pieces, then EOS, then PAD (a blank line:
+    EOS alone)."""
+    guarded = tf.concat([[GUARD_LINE], text], axis=0)  # [1 + batch]
+    ids = Tokenizer(model_proto).tokenize(guarded, add_eos=True, max_length=max_length)
+    return ids.to_tensor(PAD_ID)[1:]  # [batch, time]

@@ -15,8 +15,14 @@ which both functions decode with):
   pieces, then EOS); the rest of a longer line is not translated;
 * a translation has at most source length + `extra_length` tokens (the paper's limit), and
   at most the model's `max_length` (its positions);
-* a source with no piece (an empty or whitespace-only line, an all-PAD row) translates to
-  nothing (no ids, the empty string) with score 0.
+* a source with no piece (an empty or whitespace-only line, an all-PAD row, a row of no
+  time steps) translates to nothing (no ids, the empty string) with score 0; an empty batch
+  gives empty outputs;
+* a source id outside [0, vocab_size) reads as UNK (<unk>, id 1), as SentencePiece encodes
+  what its vocabulary lacks; runs of whitespace and NUL in a text read as one space;
+* a `text` that is not a vector [batch], or `source_ids` that are not a matrix [batch,
+  time], is refused with InvalidArgumentError ("... is not compatible with expected shape";
+  ONNX Runtime: "Invalid rank for input").
 
 The module tracks the tf.Variables inside the model's Keras variables and holds the model
 untracked: a Keras 3 variable exports as a copy of its tf.Variable, which tf.saved_model.load
@@ -38,7 +44,7 @@ import tensorflow as tf
 from export.lines import translate_in_batches
 from export.text import encode_text
 from keras_transformer.model import Transformer
-from keras_transformer.tokenizer import Tokenizer
+from keras_transformer.tokenizer import UNK_ID, Tokenizer
 from keras_transformer.translate import (ALPHA, BEAM_SIZE, EXTRA_LENGTH, decode_sources,
                                          source_length_limit)
 
@@ -93,12 +99,17 @@ class Translator(tf.Module):
     @tf.function(input_signature=[IDS_SPEC])
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         """source ids [batch, time] -> best target ids [batch, time] and score [batch]."""
-        target_ids, score = self.search(source_ids)
+        source_ids = tf.ensure_shape(source_ids, IDS_SPEC.shape)  # TF Serving does not check
+        vocab_size = self.model.model_config.vocab_size
+        source_ids = tf.where((source_ids < 0) | (source_ids >= vocab_size), UNK_ID, source_ids)
+        no_time = tf.maximum(0, 1 - tf.shape(source_ids)[1])  # one PAD column if time is 0
+        target_ids, score = self.search(tf.pad(source_ids, [[0, 0], [0, no_time]]))
         return {"target_ids": target_ids, "score": score}
 
     @tf.function(input_signature=[TEXT_SPEC])
     def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] -> translations [batch] and score [batch]."""
+        text = tf.ensure_shape(text, TEXT_SPEC.shape)  # TF Serving does not check
         source_ids = encode_text(text, self.spm_model_proto, self.max_source_length)
         target_ids, score = self.search(source_ids)  # [batch, time], [batch]
         translation = Tokenizer(self.spm_model_proto).detokenize(target_ids)  # [batch]

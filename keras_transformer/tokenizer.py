@@ -4,7 +4,7 @@ One SentencePiece model file drives training, evaluation and the exported graphs
 trained with identity normalization (but for one rule, see NORMALIZATION_RULES) and byte
 fallback, so `detokenize(tokenize(text))` gives back any text whose whitespace is single spaces,
 with none leading or trailing (every corpus is cleaned so; `tokenize` reads any run of
-whitespace as one space), character for character: no Unicode normalization, no unknown token.
+whitespace and NUL characters as one space), character for character: no Unicode normalization, no unknown token.
 Token ids: PAD_ID 0, UNK_ID 1, BOS_ID 2, EOS_ID 3.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ import tensorflow_text as tf_text
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 BYTE_PIECES = ("<0x0A>", "<0x0D>", "<0x20>")  # line break, carriage return, space
+SPACES = r"[\s\x00]+"  # RE2: what `tokenize` reads as one space
 WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a piece that starts a word
 VOCAB_TYPES = ("bpe", "unigram")
 # Identity normalization but for one rule, the noncharacter U+FFFF -> U+FFFD: a model without
@@ -108,10 +109,11 @@ class Tokenizer(tf.Module):
 
     def tokenize(self, text: tf.Tensor, *, add_bos: bool = False, add_eos: bool = False,
                  max_length: int | None = None) -> tf.RaggedTensor:
-        """Strings [batch] -> int32 ids [batch, (time)]: the pieces of each line, whitespace runs
-        (tabs, line breaks) read as one space, optionally framed by BOS / EOS and cut to
-        `max_length` ids, BOS and EOS kept (the pieces cut)."""
-        text = tf.strings.regex_replace(text, r"\s+", " ")  # [batch]
+        """Strings [batch] -> int32 ids [batch, (time)]: the pieces of each line, runs of
+        whitespace (tabs, line breaks) and NUL read as one space, optionally framed by BOS /
+        EOS and cut to `max_length` ids, BOS and EOS kept (the pieces cut)."""
+        # NUL too: onnxruntime-extensions' SentencePiece reads a line as a C string, to its NUL.
+        text = tf.strings.regex_replace(text, SPACES, " ")  # [batch]
         pieces = self._sentencepiece().tokenize(text)  # [batch, (pieces)]
         frame = int(add_bos) + int(add_eos)
         if not frame and max_length is None:

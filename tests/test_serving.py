@@ -7,6 +7,7 @@ from tensorflow_serving.apis import predict_pb2
 
 from export.serving.client import parse_response, predict_request, rest_payload
 from export_helpers import SENTENCES
+from keras_transformer.tokenizer import UNK_ID
 
 
 class SessionServer:
@@ -25,9 +26,20 @@ class SessionServer:
                  for name, tensor in request.inputs.items()}
         fetches = {name: info.name for name, info in signature.outputs.items()}
         response = predict_pb2.PredictResponse()
-        for name, value in self.session.run(fetches, feeds).items():
+        for name, value in self.run(feeds, fetches).items():
             response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
         return response
+
+    def run(self, feeds: dict[str, np.ndarray], fetches: dict[str, str]) -> dict[str, np.ndarray]:
+        """Session.run through the C API, as the C++ server runs it: without the Python
+        client's check of each fed value's shape against its placeholder's."""
+        names = list(fetches)
+        values = self.session._call_tf_sessionrun(
+            None, {self.graph.get_tensor_by_name(name)._as_tf_output(): value
+                   for name, value in feeds.items()},
+            [self.graph.get_tensor_by_name(fetches[name])._as_tf_output() for name in names],
+            [], None)
+        return dict(zip(names, values))
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +76,63 @@ def test_bad_input_is_served_without_error(server, export_translator):
 def test_rest_payload_is_columnar():
     assert rest_payload(["a", "b"]) == {"signature_name": "serving_default",
                                         "inputs": {"text": ["a", "b"]}}
+
+
+def ids_request(server: SessionServer, source_ids: np.ndarray) -> dict[str, np.ndarray]:
+    response = server.predict(predict_request("tiny", {"source_ids": source_ids},
+                                              "translate_ids"))
+    return {name: tf.make_ndarray(response.outputs[name]) for name in ("target_ids", "score")}
+
+
+@pytest.mark.parametrize("lines", [[], ["", " \t "], ["bird\0 fish", "bird fish", "\0"]],
+                         ids=["no line", "blank lines only", "NUL"])
+def test_odd_text_gets_the_same_answer_from_tf_serving_and_onnx(server, onnx_dir, lines):
+    from export.onnx_runtime import OnnxTranslator
+
+    translations, scores = translate(server, lines)
+    onnx = OnnxTranslator(onnx_dir).translate(lines)
+    assert onnx["translation"] == translations
+    np.testing.assert_allclose(onnx["score"], scores, rtol=1e-4, atol=1e-5)
+    if lines[:1] == ["bird\0 fish"]:  # NUL reads as a space
+        assert translations[0] == translations[1] and (translations[2], scores[2]) == ("", 0)
+    else:
+        assert translations == [""] * len(lines) and scores == [0.0] * len(lines)
+
+
+@pytest.mark.parametrize("source_ids, same_as", [
+    (np.zeros([2, 0], np.int32), np.zeros([2, 1], np.int32)),
+    (np.zeros([0, 5], np.int32), None),
+    (np.array([[40, -3, 3], [40, 300, 3], [40, 2**31 - 1, 3]], np.int32),
+     np.array([[40, UNK_ID, 3]] * 3, np.int32)),
+], ids=["no time step", "no row", "ids outside the vocabulary"])
+def test_odd_ids_get_the_same_answer_from_tf_serving_and_onnx(server, onnx_dir, source_ids,
+                                                              same_as):
+    from export.onnx_runtime import OnnxTranslator
+
+    served = ids_request(server, source_ids)
+    onnx = OnnxTranslator(onnx_dir).translate_ids(source_ids)
+    np.testing.assert_array_equal(onnx["target_ids"], served["target_ids"])
+    np.testing.assert_allclose(onnx["score"], served["score"], rtol=1e-4, atol=1e-5)
+    assert len(served["score"]) == len(source_ids)
+    if same_as is not None:
+        expected = ids_request(server, same_as)
+        np.testing.assert_array_equal(served["target_ids"], expected["target_ids"])
+        np.testing.assert_array_equal(served["score"], expected["score"])
+
+
+def test_inputs_of_the_wrong_rank_are_refused_naming_the_input(server, onnx_dir):
+    from export.onnx_runtime import OnnxTranslator
+
+    for value in (np.array("bird", object), np.array([["bird"]], object)):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"serving_default_text.* is not compatible with expected "
+                                 r"shape \[\?\]"):
+            translate(server, value)
+    for value in (np.array([40, 3], np.int32), np.array([[[40, 3]]], np.int32)):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"translate_ids_source_ids.* is not compatible with expected "
+                                 r"shape \[\?,\?\]"):
+            ids_request(server, value)
+        with pytest.raises(Exception, match=r"Invalid rank for input: source_ids Got: \d "
+                                            r"Expected: 2"):
+            OnnxTranslator(onnx_dir).translate_ids(value)

@@ -1,12 +1,12 @@
 """Decoding speed and BLEU of the exports on a run's test split, beam search as exported:
-sentences/s, target tokens/s and BLEU of the SavedModel (TensorFlow), model.onnx (ONNX
-Runtime) and CTranslate2 float32 and int8 on the same weights, at batch sizes 1 and 32, then
-decode time against output length (batch 1: the cache makes it linear).
+sentences/s, target tokens/s and BLEU of the SavedModel (TensorFlow), model.onnx and
+model_int8.onnx (ONNX Runtime) and CTranslate2 float32 and int8 on the same weights, at batch
+sizes 1 and 32, then decode time against output length (batch 1: the cache makes it linear).
 
     .venv/bin/python bench/decode_speed.py [CONFIG] [--sentences N] [--threads N]
                                            [--batch-sizes 1,32]
 
-The model: runs/NAME/export if it exists, else an export of the run's checkpoint, else (said
+The model: runs/NAME/export if it is complete, else an export of the run's checkpoint, else (said
 in the output) a randomly initialised model of the config's preset, which decodes every
 sentence to the length limit (source length + evaluate.extra_length); the CTranslate2 models
 are converted from the SavedModel's weights when the export has none. Each runtime runs in a
@@ -34,8 +34,8 @@ import numpy as np
 
 from pipelines.paths import RunPaths
 
-RUNTIMES = {"tf": "SavedModel", "onnx": "model.onnx", "ct2-float32": "CTranslate2",
-            "ct2-int8": "CTranslate2"}
+RUNTIMES = {"tf": "SavedModel", "onnx": "model.onnx", "onnx-int8": "model_int8.onnx",
+            "ct2-float32": "CTranslate2", "ct2-int8": "CTranslate2"}
 LENGTH_BUCKET = 10  # output tokens per row of the length table
 REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a busy machine)
 
@@ -77,10 +77,11 @@ def _translate_ids_function(runtime: str, model_dir: Path, threads: int
             return [[to_id(piece) for piece in row] + [ct2.processor.eos_id()] for row in pieces]
 
         return translate_ids
-    if runtime == "onnx":
-        from export.onnx_runtime import OnnxTranslator
+    if runtime.startswith("onnx"):
+        from export.onnx_runtime import INT8_MODEL_FILE, MODEL_FILE, OnnxTranslator
 
-        run = OnnxTranslator(model_dir, threads=threads).translate_ids
+        model_file = INT8_MODEL_FILE if runtime == "onnx-int8" else MODEL_FILE
+        run = OnnxTranslator(model_dir, threads, model_file).translate_ids
     else:
         import tensorflow as tf
 
@@ -114,7 +115,7 @@ def find_model(config_name: str, scratch: Path) -> tuple[dict[str, Path], str]:
     config = load_config(config_name)
     paths = RunPaths(config.run_path)
     version = latest_version(paths.saved_model)
-    if version and (paths.onnx / "model.onnx").is_file():
+    if version and (paths.onnx / "model_int8.onnx").is_file():
         about = f"the export of {config.run_path}"
         version, onnx_dir = version, paths.onnx
     else:
@@ -139,7 +140,8 @@ def find_model(config_name: str, scratch: Path) -> tuple[dict[str, Path], str]:
 
         ct2_dir = scratch / "ctranslate2"
         export_ctranslate2(SavedModelTranslator(version).rebuild(), ct2_dir)
-    return {"tf": version, "onnx": onnx_dir, "ct2-float32": ct2_dir, "ct2-int8": ct2_dir}, about
+    return {"tf": version, "onnx": onnx_dir, "onnx-int8": onnx_dir, "ct2-float32": ct2_dir,
+            "ct2-int8": ct2_dir}, about
 
 
 def _export_random(config, directory: Path) -> tuple[Path, Path]:
@@ -176,8 +178,8 @@ def test_split(config_name: str, count: int) -> tuple[list[list[int]], list[str]
     with open(src, encoding="utf-8") as sources, open(tgt, encoding="utf-8") as targets:
         pairs = [(s.rstrip("\n"), t.rstrip("\n"))
                  for (s, t), _ in zip(zip(sources, targets), range(count))]
-    return ([processor.encode(s)[:limit] + [processor.eos_id()] for s, _ in pairs], [t for _, t in pairs],
-            paths.spm_model)
+    sources = [processor.encode(s)[:limit] + [processor.eos_id()] for s, _ in pairs]
+    return sources, [t for _, t in pairs], paths.spm_model
 
 
 def bleu(batches: list[dict], references: list[str], spm_model: Path) -> float:

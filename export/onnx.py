@@ -2,14 +2,17 @@
 
     model.onnx       source_ids int32 [batch, time] -> target_ids int32 [batch, time],
                      score float32 [batch]; runs with plain onnxruntime
+    model_int8.onnx  the same with int8 weights (onnxruntime's dynamic quantization)
     translator.onnx  text string [batch] -> translation string [batch], score float32 [batch];
                      needs onnxruntime-extensions (SentencePiece), whose string kernels read
                      a line up to its first NUL (`OnnxTranslator` first replaces NUL by a
                      space, as the TF graph reads it)
     spm.model, translator.json   the tokenizer and the decoding settings
 
-The beam-search tf.while_loop becomes one ONNX Loop. Opset 17 (tf2onnx 1.17 supports up to
-18). Two deviations from tf2onnx's defaults, both pinned to tf2onnx 1.17.0:
+The beam-search tf.while_loop becomes one ONNX Loop, whose loop invariants are then read from
+the outer scope (`export.onnx_graph`: not copied at each step, and quantizable). Opset 17
+(tf2onnx 1.17 supports up to 18). Two deviations from tf2onnx's defaults, both pinned to
+tf2onnx 1.17.0:
 * a handler for SentencepieceDetokenizeOp (tf2onnx has none), to onnxruntime-extensions'
   SentencepieceDecoder, which decodes one sequence (`Tokenizer.detokenize` decodes the batch as
   one);
@@ -33,7 +36,8 @@ from onnx import TensorProto
 from tf2onnx import constants, optimizer, tf_loader, utils
 from tf2onnx.handler import tf_op
 
-from export.onnx_runtime import METADATA_FILE, MODEL_FILE, TRANSLATOR_FILE
+from export.onnx_graph import hoist_loop_invariants, quantize_int8
+from export.onnx_runtime import INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, TRANSLATOR_FILE
 from export.translator import Translator
 
 OPSET = 17
@@ -63,13 +67,14 @@ class SentencepieceDetokenize:
 
 
 def export_onnx(translator: Translator, directory: Path) -> dict[str, Path]:
-    """Writes model.onnx, translator.onnx, spm.model and translator.json into `directory`;
-    returns their paths by name."""
+    """Writes model.onnx, model_int8.onnx, translator.onnx, spm.model and translator.json into
+    `directory`; returns their paths by name."""
     directory.mkdir(parents=True, exist_ok=True)
-    paths = {name: directory / name
-             for name in (MODEL_FILE, TRANSLATOR_FILE, SPM_FILE, METADATA_FILE)}
+    paths = {name: directory / name for name in (MODEL_FILE, INT8_MODEL_FILE, TRANSLATOR_FILE,
+                                                 SPM_FILE, METADATA_FILE)}
     metadata = translator.metadata()
     onnx.save(convert(translator.translate_ids, metadata), paths[MODEL_FILE])
+    quantize_int8(paths[MODEL_FILE], paths[INT8_MODEL_FILE])
     onnx.save(convert(translator.translate, metadata, text=True), paths[TRANSLATOR_FILE])
     paths[SPM_FILE].write_bytes(translator.spm_model_proto)
     paths[METADATA_FILE].write_text(json.dumps(metadata, indent=2) + "\n")
@@ -92,5 +97,6 @@ def convert(function: tf.types.experimental.PolymorphicFunction, metadata: dict[
             tensors_to_rename=tf2onnx.convert.tensor_names_from_structed(concrete, inputs,
                                                                         outputs),
             optimizers=OPTIMIZERS)
+    hoist_loop_invariants(model)
     onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})
     return model

@@ -25,6 +25,7 @@ import onnxruntime as ort
 from export.lines import decode_line, translate_in_batches
 
 MODEL_FILE, TRANSLATOR_FILE, METADATA_FILE = "model.onnx", "translator.onnx", "translator.json"
+INT8_MODEL_FILE = "model_int8.onnx"
 
 
 def session_options(threads: int | None = None) -> ort.SessionOptions:
@@ -50,16 +51,18 @@ class OnnxTranslator:
     Args:
         directory: an ONNX export directory.
         threads: intra-op threads per session (default: one per CPU core).
+        ids_model: the ids model: MODEL_FILE, or INT8_MODEL_FILE (int8 weights).
     """
 
-    def __init__(self, directory: Path, threads: int | None = None) -> None:
+    def __init__(self, directory: Path, threads: int | None = None,
+                 ids_model: str = MODEL_FILE) -> None:
         self.directory = Path(directory)
-        self.threads = threads
+        self.threads, self.ids_model = threads, ids_model
         self.metadata: dict[str, Any] = json.loads((self.directory / METADATA_FILE).read_text())
 
     @functools.cached_property
     def ids_session(self) -> ort.InferenceSession:
-        return ort.InferenceSession(str(self.directory / MODEL_FILE),
+        return ort.InferenceSession(str(self.directory / self.ids_model),
                                     session_options(self.threads),
                                     providers=["CPUExecutionProvider"])
 

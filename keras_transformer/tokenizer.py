@@ -4,7 +4,8 @@ One SentencePiece model file drives training, evaluation and the exported graphs
 trained with identity normalization (but for one rule, see NORMALIZATION_RULES) and byte
 fallback, so `detokenize(tokenize(text))` gives back any text whose whitespace is single spaces,
 with none leading or trailing (every corpus is cleaned so; `tokenize` reads any run of
-whitespace and NUL characters as one space), character for character: no Unicode normalization, no unknown token.
+whitespace and NUL characters as one space), character for character: no Unicode
+normalization, no unknown token.
 Token ids: PAD_ID 0, UNK_ID 1, BOS_ID 2, EOS_ID 3.
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ def test_export_writes_a_version_models_config_and_onnx(exported, export_config)
     config = (run / "export" / "models.config").read_text()
     assert 'name: "tiny"' in config and f'base_path: "{exported.saved_model.parent}"' in config
     assert sorted(p.name for p in exported.onnx.iterdir()) == \
-        ["model.onnx", "spm.model", "translator.json", "translator.onnx"]
+        ["model.onnx", "model_int8.onnx", "spm.model", "translator.json", "translator.onnx"]
     assert "saved_model" in exported.format() and "onnx" in exported.format()
 
 

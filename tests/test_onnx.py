@@ -63,3 +63,22 @@ def test_metadata_and_an_empty_batch(onnx_dir):
     assert translator.metadata["beam_size"] == 4 and translator.metadata["alpha"] == 0.6
     assert json.loads(onnx.load(str(onnx_dir / "model.onnx")).metadata_props[0].value) == 4
     assert translator.translate([])["translation"] == []
+
+
+def test_loop_invariants_are_read_from_outside_and_int8_weights_decode(onnx_dir,
+                                                                       keras_reference):
+    from export.onnx_runtime import INT8_MODEL_FILE
+
+    def loop_body(path) -> onnx.GraphProto:
+        loop = next(n for n in onnx.load(str(path)).graph.node if n.op_type == "Loop")
+        return next(attribute.g for attribute in loop.attribute if attribute.name == "body")
+
+    body = loop_body(onnx_dir / "model.onnx")  # no value passes through the loop unchanged
+    assert all(i.name != o.name for i, o in zip(body.input[2:], body.output[1:]))
+    int8_body = loop_body(onnx_dir / INT8_MODEL_FILE)
+    assert sum(node.op_type == "MatMulInteger" for node in int8_body.node) >= 8  # 2 layers
+    int8 = OnnxTranslator(onnx_dir, ids_model=INT8_MODEL_FILE).translate_ids(
+        keras_reference["source_ids"])["target_ids"]
+    reference = keras_reference["target_ids"]
+    same = [np.array_equal(a[a != 0], b[b != 0]) for a, b in zip(int8, reference)]
+    assert sum(same) >= len(same) // 2, same

@@ -20,6 +20,9 @@ which both functions decode with):
   gives empty outputs;
 * a source id outside [0, vocab_size) reads as UNK (<unk>, id 1), as SentencePiece encodes
   what its vocabulary lacks; runs of whitespace and NUL in a text read as one space;
+* a row of `source_ids` ends at its first EOS: whatever follows reads as PAD, so that rows
+  that TF Serving's batcher merged and padded with each request's first id
+  (--enable_batching, pad_variable_length_inputs) translate as they would alone;
 * a `text` that is not a vector [batch], or `source_ids` that are not a matrix [batch,
   time], is refused with InvalidArgumentError ("... is not compatible with expected shape";
   ONNX Runtime: "Invalid rank for input").
@@ -44,7 +47,7 @@ import tensorflow as tf
 from export.lines import translate_in_batches
 from export.text import encode_text
 from keras_transformer.model import Transformer
-from keras_transformer.tokenizer import UNK_ID, Tokenizer
+from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from keras_transformer.translate import (ALPHA, BEAM_SIZE, EXTRA_LENGTH, decode_sources,
                                          source_length_limit)
 
@@ -102,6 +105,9 @@ class Translator(tf.Module):
         source_ids = tf.ensure_shape(source_ids, IDS_SPEC.shape)  # TF Serving does not check
         vocab_size = self.model.model_config.vocab_size
         source_ids = tf.where((source_ids < 0) | (source_ids >= vocab_size), UNK_ID, source_ids)
+        # A row ends at its first EOS: TF Serving's batcher pads with the request's first id.
+        after_eos = tf.cumsum(tf.cast(source_ids == EOS_ID, tf.int32), axis=1, exclusive=True)
+        source_ids = tf.where(after_eos > 0, PAD_ID, source_ids)  # [batch, time]
         no_time = tf.maximum(0, 1 - tf.shape(source_ids)[1])  # one PAD column if time is 0
         target_ids, score = self.search(tf.pad(source_ids, [[0, 0], [0, no_time]]))
         return {"target_ids": target_ids, "score": score}

@@ -136,3 +136,22 @@ def test_inputs_of_the_wrong_rank_are_refused_naming_the_input(server, onnx_dir)
         with pytest.raises(Exception, match=r"Invalid rank for input: source_ids Got: \d "
                                             r"Expected: 2"):
             OnnxTranslator(onnx_dir).translate_ids(value)
+
+
+def test_translate_ids_ignores_the_batchers_padding(server, onnx_dir, keras_reference):
+    """TF Serving's batcher (pad_variable_length_inputs) merges requests of different lengths
+    by padding each along time with its own first element, not with PAD."""
+    from export.onnx_runtime import OnnxTranslator
+
+    requests = [row[None, :np.count_nonzero(row)] for row in keras_reference["source_ids"]]
+    width = max(request.shape[1] for request in requests)
+    merged = np.concatenate([np.pad(request, [[0, 0], [0, width - request.shape[1]]],
+                                    constant_values=request.flat[0]) for request in requests])
+    assert (merged != 0).all()  # no PAD anywhere: the first ids fill the tails
+    alone = [ids_request(server, request) for request in requests]
+    for answer in (ids_request(server, merged), OnnxTranslator(onnx_dir).translate_ids(merged)):
+        for row, single in enumerate(alone):
+            target = answer["target_ids"][row]
+            np.testing.assert_array_equal(target[target != 0], single["target_ids"][0][
+                single["target_ids"][0] != 0])
+            np.testing.assert_allclose(answer["score"][row], single["score"][0], rtol=1e-4)

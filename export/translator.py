@@ -1,9 +1,11 @@
-"""The Translator: beam search over a Transformer as a tf.Module with two graph functions, the
-serving signatures of the SavedModel and the sources of the ONNX models.
+"""The Translator: beam search over a Transformer as a tf.Module with three graph functions,
+the serving signatures of the SavedModel (the first two are the sources of the ONNX models).
 
     translate(text string [batch]) -> {"translation": string [batch], "score": float32 [batch]}
     translate_ids(source_ids int32 [batch, time]) -> {"target_ids": int32 [batch, time],
                                                       "score": float32 [batch]}
+    translate_nbest(text string [batch]) -> {"translations": string [batch, beam],
+                                             "scores": float32 [batch, beam]}, best first
 
 `source_ids` are a source as training saw it: pieces, EOS, then PAD; `target_ids` are the best
 hypothesis without BOS, EOS included where it ended with one, PAD after. The score is its
@@ -48,7 +50,7 @@ from export.lines import translate_in_batches
 from export.text import encode_text
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from keras_transformer.translate import (ALPHA, BEAM_SIZE, EXTRA_LENGTH, decode_sources,
+from keras_transformer.translate import (ALPHA, BEAM_SIZE, EXTRA_LENGTH, decode_hypotheses,
                                          source_length_limit)
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -121,11 +123,29 @@ class Translator(tf.Module):
         translation = Tokenizer(self.spm_model_proto).detokenize(target_ids)  # [batch]
         return {"translation": translation, "score": score}
 
+    @tf.function(input_signature=[TEXT_SPEC])
+    def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        """UTF-8 lines [batch] -> the final beam's translations [batch, beam] and scores
+        [batch, beam], best first (the first is `translate`'s)."""
+        text = tf.ensure_shape(text, TEXT_SPEC.shape)  # TF Serving does not check
+        source_ids = encode_text(text, self.spm_model_proto, self.max_source_length)
+        ids, scores = self.hypotheses(source_ids)  # [batch, beam, time], [batch, beam]
+        shape = tf.shape(ids)
+        flat = tf.reshape(ids, [shape[0] * shape[1], shape[2]])  # [batch * beam, time]
+        translations = Tokenizer(self.spm_model_proto).detokenize(flat)  # [batch * beam]
+        return {"translations": tf.reshape(translations, shape[:2]), "scores": scores}
+
     def search(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: source ids [batch, time] -> (target ids [batch, time], score [batch])."""
-        return decode_sources(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
-                              max_source_length=self.max_source_length,
-                              extra_length=self.extra_length)
+        ids, scores = self.hypotheses(source_ids)
+        return ids[:, 0], scores[:, 0]
+
+    def hypotheses(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Graph code: source ids [batch, time] -> the n-best lists (target ids [batch, beam,
+        time], scores [batch, beam], best first)."""
+        return decode_hypotheses(self.model, source_ids, beam_size=self.beam_size,
+                                 alpha=self.alpha, max_source_length=self.max_source_length,
+                                 extra_length=self.extra_length)
 
     def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""
@@ -134,3 +154,16 @@ class Translator(tf.Module):
             return [text.decode("utf-8") for text in output.numpy()]
 
         return translate_in_batches(translate_batch, lines, batch_size)
+
+    def nbest_lines(self, lines: Sequence[str], batch_size: int = 32
+                    ) -> list[list[tuple[str, float]]]:
+        """The final beam of each line, best first: (translation, score) pairs."""
+        return translate_in_batches(
+            lambda batch: nbest_pairs(self.translate_nbest(tf.constant(batch, tf.string))),
+            lines, batch_size)
+
+
+def nbest_pairs(output: dict[str, tf.Tensor]) -> list[list[tuple[str, float]]]:
+    """`translate_nbest`'s output -> per line, (translation, score) pairs, best first."""
+    return [[(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores)]
+            for texts, scores in zip(output["translations"].numpy(), output["scores"].numpy())]

@@ -2,6 +2,8 @@
 
     decode_sources(model, source_ids, *, beam_size=1, alpha=0.6, max_source_length=None,
                    extra_length=50) -> target_ids int32 [batch, time], score float32 [batch]
+    decode_hypotheses(...) -> the n-best lists: ids int32 [batch, beam, time],
+                              scores float32 [batch, beam], best first
 
 `source_ids` are a source as training saw it: pieces, EOS, then PAD. Limits, so that any input
 gives a defined output:
@@ -51,6 +53,17 @@ def decode_sources(model: Transformer, source_ids: tf.Tensor, *, beam_size: int 
         divided by the GNMT length penalty, for greedy search too (`beam_search`). A source with
         no piece gives a row of PAD and score 0.
     """
+    ids, scores = decode_hypotheses(model, source_ids, beam_size=beam_size, alpha=alpha,
+                                    max_source_length=max_source_length,
+                                    extra_length=extra_length)
+    return ids[:, 0], scores[:, 0]
+
+
+def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, *, beam_size: int = 1,
+                      alpha: float = ALPHA, max_source_length: int | None = None,
+                      extra_length: int = EXTRA_LENGTH) -> tuple[tf.Tensor, tf.Tensor]:
+    """Like `decode_sources`, but every hypothesis of the final beam, best first (the n-best
+    list): target ids int32 [batch, beam, time] and scores float32 [batch, beam]."""
     source_ids = tf.cast(source_ids, tf.int32)
     source_ids = source_ids[:, :source_length_limit(model, max_source_length)]  # [batch, source]
     is_real = source_ids != PAD_ID  # [batch, source]
@@ -63,5 +76,4 @@ def decode_sources(model: Transformer, source_ids: tf.Tensor, *, beam_size: int 
         lambda ids, step, cache: model.decode_step(ids[:, -1], step, cache),
         model.init_cache(memory, memory_mask), max_lengths, beam_size=beam_size,
         bos_id=BOS_ID, eos_id=EOS_ID, alpha=alpha, pad_id=PAD_ID)  # [b, beam, t], [b, beam]
-    target_ids = tf.where(empty[:, None], PAD_ID, ids[:, 0])  # [batch, time]
-    return target_ids, tf.where(empty, 0.0, scores[:, 0])
+    return tf.where(empty[:, None, None], PAD_ID, ids), tf.where(empty[:, None], 0.0, scores)

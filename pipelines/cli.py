@@ -57,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="TensorFlow (SavedModel) or ONNX Runtime (default: tf if found)")
     translate.add_argument("--beam", type=int, help="beam size (default: the exported one)")
     translate.add_argument("--batch-size", type=int, default=32)
+    translate.add_argument("--n-best", type=int, metavar="N",
+                           help="print the N best translations of each line (N <= the beam "
+                           "size; SavedModel only) as `LINE ||| TRANSLATION ||| SCORE`, LINE "
+                           "counting input lines from 0, best first")
     translate.set_defaults(handler=_translate)
     evaluate = commands.add_parser(
         "evaluate", help="beam search on a split -> eval/SPLIT.hyp, eval/SPLIT.json "
@@ -160,20 +164,41 @@ def _translate(args: argparse.Namespace) -> int:
     from export.lines import decode_line
     from export.loading import open_translator, resolve_export
 
-    if (args.beam is not None and args.beam < 1) or args.batch_size < 1:
-        raise InputError("--beam and --batch-size must be positive")
+    if any(value is not None and value < 1 for value in (args.beam, args.batch_size, args.n_best)):
+        raise InputError("--beam, --batch-size and --n-best must be positive")
     if args.input != "-" and not Path(args.input).is_file():
         problem = "a directory, not a file" if Path(args.input).is_dir() else "no such file"
         raise InputError(f"{args.input}: {problem}")
-    if resolve_export(Path(args.model_dir), args.runtime)[0] == "tf":
+    runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
+    if args.n_best is not None:
+        _check_n_best(args.n_best, runtime, directory, args.beam)
+    if runtime == "tf":
         import_tensorflow_quietly()
     translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
     stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     with stream:
         lines = [decode_line(line).rstrip("\r\n") for line in stream]
-    output = translator.translate_lines(lines, batch_size=args.batch_size)
-    sys.stdout.buffer.write("".join(text + "\n" for text in output).encode("utf-8"))
+    if args.n_best is None:
+        output = [text + "\n" for text in translator.translate_lines(lines, args.batch_size)]
+    else:
+        output = [f"{index} ||| {text} ||| {score:.4f}\n"
+                  for index, hypotheses in enumerate(translator.nbest_lines(lines,
+                                                                            args.batch_size))
+                  for text, score in hypotheses[:args.n_best]]
+    sys.stdout.buffer.write("".join(output).encode("utf-8"))
     return 0
+
+
+def _check_n_best(n_best: int, runtime: str, directory: Path, beam: int | None) -> None:
+    """Raises InputError, before any work, for an n-best list the export cannot give."""
+    if runtime != "tf":
+        raise InputError(f"--n-best: {directory} is an ONNX export, whose graphs return the best "
+                         f"translation only; use the SavedModel (--runtime tf)")
+    from export.saved_model import read_metadata
+
+    beam = beam or read_metadata(directory)["beam_size"]
+    if n_best > beam:
+        raise InputError(f"--n-best {n_best}: at most the beam size ({beam}); raise --beam")
 
 
 def _evaluate(args: argparse.Namespace) -> int:

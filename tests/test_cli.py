@@ -33,3 +33,32 @@ def test_ctrl_c_is_one_line_and_status_130(onnx_dir, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(_Interrupted())))
     assert main(["translate", str(onnx_dir), "--runtime", "onnx"]) == 130
     assert capsys.readouterr().err == "keras-transformer translate: interrupted\n"
+
+
+def test_translate_prints_nbest_lists(saved_model_dir, export_translator, tmp_path,
+                                      capsysbinary):
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(SENTENCES) + "\n")
+    assert main(["translate", str(saved_model_dir), str(source), "--n-best", "3"]) == 0
+    rows = [line.split(" ||| ") for line in capsysbinary.readouterr().out.decode().splitlines()]
+    assert [int(index) for index, _, _ in rows] == [i for i in range(len(SENTENCES))
+                                                    for _ in range(3)]
+    assert [text for _, text, _ in rows[::3]] == export_translator.translate_lines(SENTENCES)
+    scores = [[float(score) for _, _, score in rows[i:i + 3]] for i in range(0, len(rows), 3)]
+    assert all(a >= b >= c for a, b, c in scores)
+
+
+def test_nbest_lists_the_export_cannot_give_are_refused_before_any_work(exported, tmp_path,
+                                                                        capsys):
+    source = tmp_path / "lines.txt"
+    source.write_text("bird\n")
+    for args, error in [
+            ([str(exported.saved_model), "--n-best", "5"],
+             "--n-best 5: at most the beam size (4); raise --beam"),
+            ([str(exported.onnx), "--n-best", "2"],
+             f"--n-best: {exported.onnx} is an ONNX export, whose graphs return the best "
+             f"translation only; use the SavedModel (--runtime tf)"),
+            ([str(exported.saved_model), "--n-best", "0"],
+             "--beam, --batch-size and --n-best must be positive")]:
+        assert main(["translate", args[0], str(source), *args[1:]]) == 2
+        assert capsys.readouterr().err == f"keras-transformer translate: error: {error}\n"

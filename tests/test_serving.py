@@ -155,3 +155,17 @@ def test_translate_ids_ignores_the_batchers_padding(server, onnx_dir, keras_refe
             np.testing.assert_array_equal(target[target != 0], single["target_ids"][0][
                 single["target_ids"][0] != 0])
             np.testing.assert_allclose(answer["score"][row], single["score"][0], rtol=1e-4)
+
+
+def test_the_nbest_signature_lists_the_beam_best_first(server):
+    lines = SENTENCES + [""]
+    response = server.predict(predict_request("tiny", {"text": np.array(lines, object)},
+                                              "translate_nbest"))
+    translations = tf.make_ndarray(response.outputs["translations"])  # [batch, beam]
+    scores = tf.make_ndarray(response.outputs["scores"])
+    assert translations.shape == scores.shape == (len(lines), 4)
+    best, best_scores = translate(server, lines)
+    assert [t.decode() for t in translations[:, 0]] == best
+    np.testing.assert_allclose(scores[:, 0], best_scores, rtol=1e-5)
+    assert (np.diff(scores[:-1], axis=1) <= 0).all()  # best first
+    assert len({t for t in translations[0]}) > 1  # the beam's other hypotheses

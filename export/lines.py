@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import codecs
+from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-T = TypeVar("T")
+L, T = TypeVar("L"), TypeVar("T")  # a line (or line and prefix); its translation
 
 # SentencePiece reads each byte outside valid UTF-8 as one U+FFFD; so does this error handler
 # (Python's "replace" gives one U+FFFD per maximal invalid subsequence).
@@ -17,16 +18,40 @@ def decode_line(line: str | bytes) -> str:
     return line if isinstance(line, str) else line.decode("utf-8", "sentencepiece")
 
 
-def translate_in_batches(translate_batch: Callable[[list[str]], Sequence[T]],
-                         lines: Sequence[str], batch_size: int) -> list[T]:
-    """Calls `translate_batch` on batches of at most `batch_size` lines sorted by length (less
-    padding); returns the translations (or n-best lists) in the order of `lines`."""
+def translate_in_batches(translate_batch: Callable[[list[L]], Sequence[T]],
+                         lines: Sequence[L], batch_size: int,
+                         length: Callable[[L], int] = len) -> list[T]:
+    """Calls `translate_batch` on batches of at most `batch_size` lines sorted by `length`
+    (less padding); returns the translations (or n-best lists) in the order of `lines`."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
-    order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
+    order = sorted(range(len(lines)), key=lambda i: length(lines[i]))
     translations: list[T] = [None] * len(lines)  # type: ignore[list-item]  # all set below
     for start in range(0, len(order), batch_size):
         batch = order[start:start + batch_size]
         for index, text in zip(batch, translate_batch([lines[i] for i in batch])):
             translations[index] = text
     return translations
+
+
+def prefix_problem(lines: Sequence[str], prefixes: Sequence[str], spm_model: Path,
+                   metadata: dict) -> str | None:
+    """What keeps `prefixes` (one per line) from being forced, or None: a count other than the
+    lines', or a prefix of more pieces than its line's translation may have (source tokens +
+    extra_length, at most the model's max_length; `metadata`: an export's translator.json)."""
+    if len(prefixes) != len(lines):
+        return f"{len(prefixes)} prefixes for {len(lines)} lines"
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=str(spm_model))
+    for number, (line, prefix) in enumerate(zip(lines, prefixes), 1):
+        if not prefix.strip():
+            continue
+        source = min(len(processor.encode(" ".join(line.split()))) + 1,
+                     metadata["max_source_length"])
+        limit = min(source + metadata["extra_length"], metadata["model"]["max_length"])
+        pieces = len(processor.encode(" ".join(prefix.split())))
+        if pieces > limit:
+            return (f"line {number}: the prefix has {pieces} pieces, more than the {limit} "
+                    f"tokens its translation may have (source length + extra_length)")
+    return None

@@ -5,9 +5,11 @@
                        assets.extra/spm.model, translator.json   for clients and `translate`
 
 Signatures (`export.translator`): `serving_default` (text -> translation, score),
-`translate_ids` (source_ids -> target_ids, score) and `translate_nbest` (text -> the final
-beam's translations and scores, best first). The graphs use core TF ops and TF Text ops
-of TF Serving's set (serving/tf_serving_text_ops.txt); the SentencePiece model is inside them.
+`translate_ids` (source_ids -> target_ids, score), `translate_nbest` (text -> the final
+beam's translations and scores, best first) and `translate_prefix` (text, prefix ->
+translation, score: each translation begins with its prefix). The graphs use core TF ops and
+TF Text ops of TF Serving's set (serving/tf_serving_text_ops.txt); the SentencePiece model is
+inside them.
 
 Each export takes a new integer version, 1 + the largest one present: it is written under a
 temporary name (`.export-*`; TF Serving reads integer names only) and renamed into place
@@ -27,7 +29,7 @@ from export import ExportError
 from export.lines import translate_in_batches
 from export.serving.client import predict_request
 from export.text import encode_text
-from export.translator import Translator, nbest_pairs
+from export.translator import Translator, nbest_pairs, prefixed_in_batches
 from export.versions import publish_version, staging_directory
 from keras_transformer.config import ModelConfig
 from keras_transformer.model import Transformer
@@ -54,7 +56,8 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
         tf.saved_model.save(translator, str(temporary), signatures={
             "serving_default": translator.translate.get_concrete_function(),
             "translate_ids": translator.translate_ids.get_concrete_function(),
-            "translate_nbest": translator.translate_nbest.get_concrete_function()})
+            "translate_nbest": translator.translate_nbest.get_concrete_function(),
+            "translate_prefix": translator.translate_prefix.get_concrete_function()})
         extra = temporary / "assets.extra"
         extra.mkdir()
         write_warmup(extra / WARMUP_FILE, translator, warmup_text, model_name)
@@ -73,6 +76,8 @@ def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
     batches = [np.array(texts[:1], object), np.array(texts, object)]
     requests = [predict_request(model_name, {"text": batch}, signature)
                 for batch in batches for signature in ("serving_default", "translate_nbest")]
+    requests += [predict_request(model_name, {"text": batch, "prefix": np.full_like(batch, "")},
+                                 "translate_prefix") for batch in batches]
     requests += [predict_request(model_name, {"source_ids": encode_text(
         tf.constant(batch), translator.spm_model_proto, translator.max_source_length)},
         "translate_ids") for batch in batches]
@@ -113,12 +118,23 @@ class SavedModelTranslator:
                     ) -> list[list[tuple[str, float]]]:
         """The final beam of each line, best first: (translation, score) pairs, through the
         `translate_nbest` signature."""
-        if "translate_nbest" not in self.loaded.signatures:
-            raise ExportError(f"{self.version_dir}: exported before n-best lists; export again")
-        signature = self.loaded.signatures["translate_nbest"]
+        signature = self._signature("translate_nbest")
         return translate_in_batches(
             lambda batch: nbest_pairs(signature(text=tf.constant(list(batch), tf.string))),
             lines, batch_size)
+
+    def prefixed_lines(self, lines: Sequence[str], prefixes: Sequence[str],
+                       batch_size: int = 32) -> list[str]:
+        """Translations of `lines`, each beginning with its prefix ("": none), in order,
+        through the `translate_prefix` signature."""
+        return prefixed_in_batches(self._signature("translate_prefix"), lines, prefixes,
+                                   batch_size)
+
+    def _signature(self, name: str):
+        if name not in self.loaded.signatures:
+            raise ExportError(f"{self.version_dir}: exported without the {name} signature; "
+                              f"export again")
+        return self.loaded.signatures[name]
 
     def rebuild(self, **settings: Any) -> Translator:
         """An in-process Translator with this version's weights and tokenizer, and decoding

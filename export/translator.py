@@ -1,4 +1,4 @@
-"""The Translator: beam search over a Transformer as a tf.Module with three graph functions,
+"""The Translator: beam search over a Transformer as a tf.Module with four graph functions,
 the serving signatures of the SavedModel (the first two are the sources of the ONNX models).
 
     translate(text string [batch]) -> {"translation": string [batch], "score": float32 [batch]}
@@ -6,6 +6,8 @@ the serving signatures of the SavedModel (the first two are the sources of the O
                                                       "score": float32 [batch]}
     translate_nbest(text string [batch]) -> {"translations": string [batch, beam],
                                              "scores": float32 [batch, beam]}, best first
+    translate_prefix(text string [batch], prefix string [batch]) -> as `translate`, each
+        translation forced to begin with its prefix (target terminology, interactive use)
 
 `source_ids` are a source as training saw it: pieces, EOS, then PAD; `target_ids` are the best
 hypothesis without BOS, EOS included where it ended with one, PAD after. The score is its
@@ -42,7 +44,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
@@ -54,6 +56,7 @@ from keras_transformer.translate import (ALPHA, BEAM_SIZE, EXTRA_LENGTH, decode_
                                          source_length_limit)
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+PREFIX_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 
 
@@ -135,17 +138,33 @@ class Translator(tf.Module):
         translations = Tokenizer(self.spm_model_proto).detokenize(flat)  # [batch * beam]
         return {"translations": tf.reshape(translations, shape[:2]), "scores": scores}
 
+    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC])
+    def translate_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
+        """UTF-8 lines [batch] and target prefixes [batch] -> translations [batch] that begin
+        with their prefix (an empty prefix: as `translate`) and score [batch]."""
+        text = tf.ensure_shape(text, TEXT_SPEC.shape)  # TF Serving does not check
+        prefix = tf.ensure_shape(prefix, PREFIX_SPEC.shape)
+        same_batch = tf.debugging.assert_equal(
+            tf.shape(text), tf.shape(prefix), message="text and prefix need the same batch size")
+        with tf.control_dependencies([same_batch]):
+            source_ids = encode_text(text, self.spm_model_proto, self.max_source_length)
+        tokenizer = Tokenizer(self.spm_model_proto)
+        prefix_ids = tokenizer.tokenize(prefix).to_tensor(PAD_ID)  # [batch, prefix]
+        ids, scores = self.hypotheses(source_ids, prefix_ids)  # [batch, beam, time]
+        return {"translation": tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}
+
     def search(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: source ids [batch, time] -> (target ids [batch, time], score [batch])."""
         ids, scores = self.hypotheses(source_ids)
         return ids[:, 0], scores[:, 0]
 
-    def hypotheses(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Graph code: source ids [batch, time] -> the n-best lists (target ids [batch, beam,
-        time], scores [batch, beam], best first)."""
+    def hypotheses(self, source_ids: tf.Tensor, prefix_ids: tf.Tensor | None = None
+                   ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Graph code: source ids [batch, time] (and forced target prefixes [batch, prefix])
+        -> the n-best lists (target ids [batch, beam, time], scores [batch, beam])."""
         return decode_hypotheses(self.model, source_ids, beam_size=self.beam_size,
                                  alpha=self.alpha, max_source_length=self.max_source_length,
-                                 extra_length=self.extra_length)
+                                 extra_length=self.extra_length, prefix_ids=prefix_ids)
 
     def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""
@@ -154,6 +173,11 @@ class Translator(tf.Module):
             return [text.decode("utf-8") for text in output.numpy()]
 
         return translate_in_batches(translate_batch, lines, batch_size)
+
+    def prefixed_lines(self, lines: Sequence[str], prefixes: Sequence[str],
+                       batch_size: int = 32) -> list[str]:
+        """Translations of `lines`, each beginning with its prefix ("": none), in order."""
+        return prefixed_in_batches(self.translate_prefix, lines, prefixes, batch_size)
 
     def nbest_lines(self, lines: Sequence[str], batch_size: int = 32
                     ) -> list[list[tuple[str, float]]]:
@@ -167,3 +191,17 @@ def nbest_pairs(output: dict[str, tf.Tensor]) -> list[list[tuple[str, float]]]:
     """`translate_nbest`'s output -> per line, (translation, score) pairs, best first."""
     return [[(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores)]
             for texts, scores in zip(output["translations"].numpy(), output["scores"].numpy())]
+
+
+def prefixed_in_batches(translate_prefix: Callable[..., dict[str, tf.Tensor]],
+                        lines: Sequence[str], prefixes: Sequence[str],
+                        batch_size: int) -> list[str]:
+    """`translate_prefix(text=, prefix=)` (the function or its signature) over `lines` and
+    their `prefixes`, in batches of similar lines; the translations in order."""
+    def translate_batch(batch: list[tuple[str, str]]) -> list[str]:
+        texts, prefix = zip(*batch)
+        output = translate_prefix(text=tf.constant(texts), prefix=tf.constant(prefix))
+        return [text.decode("utf-8") for text in output["translation"].numpy()]
+
+    return translate_in_batches(translate_batch, list(zip(lines, prefixes)), batch_size,
+                                length=lambda pair: len(pair[0]))

@@ -24,6 +24,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 BEAM_SIZE, ALPHA, EXTRA_LENGTH = 4, 0.6, 50  # section 6.1: output length <= input length + 50
+PREFIX_KEY = "prefix_ids"  # the forced target prefix, carried in the decoding cache
 
 
 def source_length_limit(model: Transformer, max_source_length: int | None = None) -> int:
@@ -61,9 +62,16 @@ def decode_sources(model: Transformer, source_ids: tf.Tensor, *, beam_size: int 
 
 def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, *, beam_size: int = 1,
                       alpha: float = ALPHA, max_source_length: int | None = None,
-                      extra_length: int = EXTRA_LENGTH) -> tuple[tf.Tensor, tf.Tensor]:
+                      extra_length: int = EXTRA_LENGTH, prefix_ids: tf.Tensor | None = None
+                      ) -> tuple[tf.Tensor, tf.Tensor]:
     """Like `decode_sources`, but every hypothesis of the final beam, best first (the n-best
-    list): target ids int32 [batch, beam, time] and scores float32 [batch, beam]."""
+    list): target ids int32 [batch, beam, time] and scores float32 [batch, beam].
+
+    `prefix_ids` int [batch, prefix] (pieces, then PAD; no BOS or EOS) are forced as the first
+    output tokens of each sentence, each scored 0 (a log-probability of 1), before the search
+    goes on from them; a row of PAD forces nothing, so a sentence decodes exactly as without
+    it. A prefix is cut at the sentence's maximum output length.
+    """
     source_ids = tf.cast(source_ids, tf.int32)
     source_ids = source_ids[:, :source_length_limit(model, max_source_length)]  # [batch, source]
     is_real = source_ids != PAD_ID  # [batch, source]
@@ -72,8 +80,28 @@ def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, *, beam_size: i
     max_lengths = tf.where(empty, 0, tf.minimum(lengths + extra_length,
                                                 model.model_config.max_length))  # [batch]
     memory, memory_mask = model.encode(source_ids, training=False)
-    ids, scores = beam_search(
-        lambda ids, step, cache: model.decode_step(ids[:, -1], step, cache),
-        model.init_cache(memory, memory_mask), max_lengths, beam_size=beam_size,
-        bos_id=BOS_ID, eos_id=EOS_ID, alpha=alpha, pad_id=PAD_ID)  # [b, beam, t], [b, beam]
+    cache = model.init_cache(memory, memory_mask)
+    if prefix_ids is not None:
+        cache[PREFIX_KEY] = tf.pad(tf.cast(prefix_ids, tf.int32), [[0, 0], [0, 1]])  # PAD last
+    ids, scores = beam_search(_scoring(model), cache, max_lengths, beam_size=beam_size,
+                              bos_id=BOS_ID, eos_id=EOS_ID, alpha=alpha,
+                              pad_id=PAD_ID)  # [batch, beam, time], [batch, beam]
     return tf.where(empty[:, None, None], PAD_ID, ids), tf.where(empty[:, None], 0.0, scores)
+
+
+def _scoring(model: Transformer):
+    """The model's next-token logits for beam search. With PREFIX_KEY [n, prefix + 1] in the
+    cache, a row whose prefix has a piece at output position `step` gets every other token's
+    logit lowered by 1e9; the prefix tensor is returned unchanged, so beam search tiles it and
+    never reorders it (every beam of a sentence has the same prefix)."""
+    def scoring(ids: tf.Tensor, step: tf.Tensor, cache: dict) -> tuple[tf.Tensor, dict]:
+        logits, new_cache = model.decode_step(ids[:, -1], step, cache)  # [n, vocab]
+        if PREFIX_KEY not in cache:
+            return logits, new_cache
+        prefix = cache[PREFIX_KEY]  # [n, prefix + 1]
+        token = tf.gather(prefix, tf.minimum(step, tf.shape(prefix)[1] - 1), axis=1)  # [n]
+        forced = tf.one_hot(token, tf.shape(logits)[1], on_value=0.0, off_value=-1e9)
+        logits = tf.where((token != PAD_ID)[:, None], logits + forced, logits)  # [n, vocab]
+        return logits, {**new_cache, PREFIX_KEY: prefix}
+
+    return scoring

@@ -10,7 +10,7 @@ import errno
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import BinaryIO, Sequence
 
 from export import ExportError
 from pipelines import InputError
@@ -61,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="print the N best translations of each line (N <= the beam "
                            "size; SavedModel only) as `LINE ||| TRANSLATION ||| SCORE`, LINE "
                            "counting input lines from 0, best first")
+    translate.add_argument("--prefix-file", metavar="FILE",
+                           help="a target prefix per input line (empty: none) that each "
+                           "translation must begin with (SavedModel only)")
     translate.set_defaults(handler=_translate)
     evaluate = commands.add_parser(
         "evaluate", help="beam search on a split -> eval/SPLIT.hyp, eval/SPLIT.json "
@@ -161,7 +164,6 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _translate(args: argparse.Namespace) -> int:
-    from export.lines import decode_line
     from export.loading import open_translator, resolve_export
 
     if any(value is not None and value < 1 for value in (args.beam, args.batch_size, args.n_best)):
@@ -172,13 +174,19 @@ def _translate(args: argparse.Namespace) -> int:
     runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
     if args.n_best is not None:
         _check_n_best(args.n_best, runtime, directory, args.beam)
+    stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
+    with stream:
+        lines = _read_lines(stream)
+    prefixes = None
+    if args.prefix_file:
+        prefixes = _read_prefixes(Path(args.prefix_file), lines, runtime, directory, args)
     if runtime == "tf":
         import_tensorflow_quietly()
     translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
-    stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
-    with stream:
-        lines = [decode_line(line).rstrip("\r\n") for line in stream]
-    if args.n_best is None:
+    if prefixes is not None:
+        translations = translator.prefixed_lines(lines, prefixes, args.batch_size)
+        output = [text + "\n" for text in translations]
+    elif args.n_best is None:
         output = [text + "\n" for text in translator.translate_lines(lines, args.batch_size)]
     else:
         output = [f"{index} ||| {text} ||| {score:.4f}\n"
@@ -187,6 +195,38 @@ def _translate(args: argparse.Namespace) -> int:
                   for text, score in hypotheses[:args.n_best]]
     sys.stdout.buffer.write("".join(output).encode("utf-8"))
     return 0
+
+
+def _read_lines(stream: BinaryIO) -> list[str]:
+    """The lines of a byte stream, without line ends; invalid UTF-8 read as SentencePiece
+    reads it."""
+    from export.lines import decode_line
+
+    return [decode_line(line).rstrip("\r\n") for line in stream]
+
+
+def _read_prefixes(path: Path, lines: list[str], runtime: str, directory: Path,
+                   args: argparse.Namespace) -> list[str]:
+    """The prefixes of --prefix-file, checked against the lines before any work.
+
+    Raises:
+        InputError: no such file, an ONNX export, --n-best too, or `prefix_problem`'s.
+    """
+    from export.lines import prefix_problem
+    from export.saved_model import SPM_FILE, read_metadata
+
+    if not path.is_file():
+        raise InputError(f"--prefix-file {path}: no such file")
+    if runtime != "tf" or args.n_best is not None:
+        raise InputError("--prefix-file: the SavedModel's translate_prefix signature forces "
+                         "prefixes; not with --runtime onnx or --n-best")
+    with open(path, "rb") as file:
+        prefixes = _read_lines(file)
+    problem = prefix_problem(lines, prefixes, directory / "assets.extra" / SPM_FILE,
+                             read_metadata(directory))
+    if problem:
+        raise InputError(f"--prefix-file {path}: {problem}")
+    return prefixes
 
 
 def _check_n_best(n_best: int, runtime: str, directory: Path, beam: int | None) -> None:

@@ -62,3 +62,31 @@ def test_nbest_lists_the_export_cannot_give_are_refused_before_any_work(exported
              "--beam, --batch-size and --n-best must be positive")]:
         assert main(["translate", args[0], str(source), *args[1:]]) == 2
         assert capsys.readouterr().err == f"keras-transformer translate: error: {error}\n"
+
+
+def test_translate_forces_the_prefixes_of_a_prefix_file(saved_model_dir, tmp_path,
+                                                        capsysbinary):
+    source, prefixes = tmp_path / "lines.txt", tmp_path / "prefixes.txt"
+    source.write_text("\n".join(SENTENCES) + "\n")
+    prefixes.write_text("".join(f"{'bird' if i % 2 else ''}\n" for i in range(len(SENTENCES))))
+    assert main(["translate", str(saved_model_dir), str(source), "--beam", "4",
+                 "--prefix-file", str(prefixes)]) == 0
+    forced = capsysbinary.readouterr().out.decode().splitlines()
+    assert main(["translate", str(saved_model_dir), str(source)]) == 0
+    best = capsysbinary.readouterr().out.decode().splitlines()
+    assert all(text.startswith("bird") for text in forced[1::2]) and forced[::2] == best[::2]
+
+
+def test_prefixes_that_cannot_be_forced_are_refused_before_any_work(saved_model_dir,
+                                                                   tmp_path, capsys):
+    source, prefixes = tmp_path / "lines.txt", tmp_path / "prefixes.txt"
+    source.write_text("bird\nfish\n")
+    for text, error in [("bird\n", "1 prefixes for 2 lines"),
+                        ("\n" + "fish " * 60 + "\n",
+                         "line 2: the prefix has 180 pieces, more than the 54 tokens its "
+                         "translation may have (source length + extra_length)")]:
+        prefixes.write_text(text)
+        assert main(["translate", str(saved_model_dir), str(source),
+                     "--prefix-file", str(prefixes)]) == 2
+        assert capsys.readouterr().err == \
+            f"keras-transformer translate: error: --prefix-file {prefixes}: {error}\n"

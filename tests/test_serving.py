@@ -169,3 +169,23 @@ def test_the_nbest_signature_lists_the_beam_best_first(server):
     np.testing.assert_allclose(scores[:, 0], best_scores, rtol=1e-5)
     assert (np.diff(scores[:-1], axis=1) <= 0).all()  # best first
     assert len({t for t in translations[0]}) > 1  # the beam's other hypotheses
+
+
+def prefix_request(server: SessionServer, lines, prefixes) -> tuple[list[str], list[float]]:
+    return parse_response(server.predict(predict_request(
+        "tiny", {"text": np.array(lines, object), "prefix": np.array(prefixes, object)},
+        "translate_prefix")))
+
+
+def test_the_prefix_signature_forces_each_translation_to_begin_with_its_prefix(server):
+    lines = SENTENCES + [""]
+    assert prefix_request(server, lines, [""] * len(lines)) == translate(server, lines)
+    prefixes = ["river", "", "stone stone", "été"] + [""] * (len(lines) - 4)
+    forced, scores = prefix_request(server, lines, prefixes)
+    best, best_scores = translate(server, lines)
+    assert all(text.startswith(prefix) for text, prefix in zip(forced, prefixes))
+    assert forced[0] != best[0] and (forced[1], scores[1]) == (best[1], best_scores[1])
+    assert forced[4:] == best[4:]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="text and prefix need the same batch size"):
+        prefix_request(server, lines, prefixes[:2])

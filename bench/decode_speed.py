@@ -218,12 +218,12 @@ def report(results: dict[str, dict[int, list[dict]]], about: str, threads: int,
                for runtime, by_batch in results.items()}
     lines += ["", f"batch 1, fastest of {REPEATS} runs: mean ms per sentence (ms per output "
               "token) by output length", f"{'tokens':<10}{'sentences':>10}"
-              + "".join(f"{runtime:>24}" for runtime in singles)]
+              + "".join(f"{runtime:>30}" for runtime in singles)]
     length = next(iter(singles.values()))[0]
     for low in range(0, int(length.max()) + 1, LENGTH_BUCKET):
         chosen = (length >= low) & (length < low + LENGTH_BUCKET)
         if chosen.any():
-            cells = "".join(f"{1000 * t[chosen].mean():>15.1f} "
+            cells = "".join(f"{1000 * t[chosen].mean():>21.1f} "
                             f"({1000 * (t / n)[chosen].mean():>5.1f})" for n, t in singles.values())
             lines.append(f"{low:>3}-{low + LENGTH_BUCKET - 1:<6}{int(chosen.sum()):>10}{cells}")
     for runtime, (n, t) in singles.items():

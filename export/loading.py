@@ -1,19 +1,30 @@
 """Opening an export for `keras-transformer translate`: a SavedModel version, a SavedModel base
-path (its newest version), an ONNX directory, or a run's export/ directory holding both.
+path (its newest complete version), an ONNX directory, or a run's export/ directory holding
+both.
 
-The ONNX runtime path imports no TensorFlow (see `export.onnx_runtime`).
+A file of an export that is missing, truncated or corrupt is an ExportError naming it. The
+ONNX runtime path imports no TensorFlow (see `export.onnx_runtime`).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from export import ExportError
 from export.onnx_runtime import METADATA_FILE, TRANSLATOR_FILE
-from export.versions import latest_version
+from export.versions import latest_version, versions
+
+if TYPE_CHECKING:
+    from export.saved_model import SavedModelTranslator
+    from export.translator import Translator
 
 RUNTIME_FORMATS = {"tf": "saved_model", "onnx": "onnx"}  # runtime -> the export format it runs
+# The files of a complete SavedModel version (export.saved_model writes them; named here so
+# that this module imports no TensorFlow).
+SAVED_MODEL_GRAPH, SAVED_MODEL_METADATA = "saved_model.pb", "assets.extra/translator.json"
+SAVED_MODEL_SPM = "assets.extra/spm.model"
+EXPORT_AGAIN = "run `keras-transformer export` again"
 
 
 class LineTranslator(Protocol):
@@ -21,21 +32,25 @@ class LineTranslator(Protocol):
 
 
 def resolve_export(path: Path, runtime: str | None = None) -> tuple[str, Path]:
-    """(runtime, directory): the SavedModel version or ONNX directory that `path` names.
+    """(runtime, directory): the SavedModel version or ONNX directory that `path` names; of a
+    base path, the newest version holding its graph and metadata.
 
     Raises:
         ExportError: nothing exported there, or not for `runtime`.
     """
     found: dict[str, Path] = {}
     for base in (path, path / "saved_model"):
-        version = base if (base / "saved_model.pb").is_file() else latest_version(base)
+        version = base if (base / SAVED_MODEL_GRAPH).is_file() else latest_version(
+            base, SAVED_MODEL_GRAPH, SAVED_MODEL_METADATA)
         if version is not None:
             found.setdefault("tf", version)
     for directory in (path, path / "onnx"):
         if (directory / TRANSLATOR_FILE).is_file():
             found.setdefault("onnx", directory)
     if not found:
-        raise ExportError(f"{path}: no SavedModel (version) or ONNX export found; run "
+        incomplete = versions(path) or versions(path / "saved_model")
+        note = f" (incomplete versions: {', '.join(map(str, incomplete))})" if incomplete else ""
+        raise ExportError(f"{path}: no SavedModel (version) or ONNX export found{note}; run "
                          f"`keras-transformer export` first")
     runtime = runtime or next(iter(found))
     if runtime not in found:
@@ -50,20 +65,84 @@ def open_translator(path: Path, runtime: str | None = None,
     SavedModel's weights are rebuilt into an in-process Translator (ONNX cannot: re-export).
 
     Raises:
-        ExportError: see `resolve_export`; a beam size the ONNX export was not made with.
+        ExportError: see `resolve_export`; a beam size the ONNX export was not made with; a
+            file of the export missing, truncated or corrupt.
     """
     runtime, directory = resolve_export(Path(path), runtime)
     if runtime == "onnx":
         from export.onnx_runtime import OnnxTranslator
 
-        exported = json.loads((directory / METADATA_FILE).read_text())["beam_size"]
+        exported = _read_metadata(directory / METADATA_FILE)["beam_size"]
         if beam_size not in (None, exported):
             raise ExportError(f"{directory}: exported with beam {exported}; set evaluate."
                              f"beam_size: {beam_size} and re-export, or use --runtime tf")
+        _check_onnx(directory / TRANSLATOR_FILE)
         return OnnxTranslator(directory)
-    from export.saved_model import SavedModelTranslator
-
-    translator = SavedModelTranslator(directory)
+    translator = open_saved_model(directory)
     if beam_size in (None, translator.metadata["beam_size"]):
         return translator
-    return translator.rebuild(beam_size=beam_size)
+    return rebuild_translator(translator, beam_size=beam_size)
+
+
+def open_saved_model(version_dir: Path) -> SavedModelTranslator:
+    """The SavedModel version loaded (`export.saved_model.SavedModelTranslator`).
+
+    Raises:
+        ExportError: its metadata, graph or variables missing, truncated or corrupt.
+    """
+    import tensorflow as tf
+
+    from export.saved_model import SavedModelTranslator
+
+    _read_metadata(version_dir / SAVED_MODEL_METADATA)
+    try:
+        return SavedModelTranslator(version_dir)
+    except OSError:  # TF's "Cannot parse file ...saved_model.pb"
+        raise _unreadable(version_dir / SAVED_MODEL_GRAPH) from None
+    except (tf.errors.OpError, IndexError):  # reading its variables
+        raise _unreadable(version_dir / "variables") from None
+
+
+def rebuild_translator(translator: SavedModelTranslator, **settings: Any) -> Translator:
+    """`translator.rebuild(**settings)`, its SentencePiece model (assets.extra/spm.model)
+    checked first.
+
+    Raises:
+        ExportError: that model missing, truncated or corrupt.
+    """
+    from keras_transformer.tokenizer import Tokenizer
+
+    path = translator.version_dir / SAVED_MODEL_SPM
+    try:
+        Tokenizer(path.read_bytes())
+    except FileNotFoundError:
+        raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
+    except (RuntimeError, ValueError):  # SentencePiece cannot parse it
+        raise _unreadable(path) from None
+    return translator.rebuild(**settings)
+
+
+def _read_metadata(path: Path) -> dict[str, Any]:
+    """An export's translator.json (decoding settings, model config)."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
+    except ValueError:  # not UTF-8, not JSON
+        raise _unreadable(path) from None
+
+
+def _check_onnx(path: Path) -> None:
+    """Parses an ONNX model file: a truncated or corrupt one fails here, in one line, rather
+    than in ONNX Runtime (a child process when TensorFlow is imported)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        onnx.load_model(str(path), load_external_data=False)
+    except DecodeError:
+        raise _unreadable(path) from None
+
+
+def _unreadable(path: Path) -> ExportError:
+    return ExportError(f"{path}: unreadable (truncated or corrupt); {EXPORT_AGAIN}")

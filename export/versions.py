@@ -22,10 +22,15 @@ def versions(base_dir: Path) -> list[int]:
     return sorted(int(p.name) for p in base_dir.iterdir() if p.name.isdigit() and p.is_dir())
 
 
-def latest_version(base_dir: Path) -> Path | None:
-    """The newest version's directory, or None."""
-    found = versions(base_dir)
-    return base_dir / str(found[-1]) if found else None
+def latest_version(base_dir: Path, *required: str) -> Path | None:
+    """The newest version's directory holding the `required` files (paths relative to it), or
+    None. (TF Serving serves the newest number whatever it holds: our exports publish whole
+    versions only, by one rename.)"""
+    for version in reversed(versions(base_dir)):
+        directory = base_dir / str(version)
+        if all((directory / name).is_file() for name in required):
+            return directory
+    return None
 
 
 def publish_version(complete: Path, base_dir: Path) -> Path:

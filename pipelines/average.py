@@ -4,7 +4,7 @@ runs/NAME/checkpoints/averaged/ckpt (model only; `pipelines.checkpoints.restore_
 
 The optimizer slots are left out; integer variables (random-generator states) keep the newest
 checkpoint's values. The directory is written under a temporary name and renamed into place,
-with averaged.json listing the checkpoints averaged.
+with averaged.json listing the checkpoints averaged and model.json the model config.
 """
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ import keras
 import numpy as np
 
 from export.versions import staging_directory
-from keras_transformer.tokenizer import Tokenizer
 from pipelines import InputError
 from pipelines.checkpoints import (check_vocabulary, checkpoint_step, model_checkpoint,
-                                   replace_directory, restore_model, training_checkpoints)
+                                   record_model, replace_directory, restore_model,
+                                   tf_write_errors, training_checkpoints)
 from pipelines.config import PipelineConfig
-from pipelines.models import build_model
+from pipelines.files import check_writable
+from pipelines.models import build_model, run_tokenizer
 from pipelines.paths import CHECKPOINT_NAME, RunPaths
 
 
@@ -47,7 +48,8 @@ def average(config: PipelineConfig, last: int | None = None) -> AverageSummary:
     """Averages the last `last` (default `train.average_last`) checkpoints of the run.
 
     Raises:
-        InputError: the run has no checkpoint.
+        InputError: the run has no checkpoint, or one that cannot be restored (incomplete, of
+            another vocabulary or architecture).
     """
     paths = RunPaths(config.run_path)
     requested = last or config.train.average_last
@@ -55,8 +57,9 @@ def average(config: PipelineConfig, last: int | None = None) -> AverageSummary:
     if not prefixes:
         raise InputError(f"{paths.checkpoints}: no checkpoints; run `keras-transformer "
                          f"train` first")
+    vocab_size = run_tokenizer(paths).vocab_size
     check_vocabulary(paths)
-    vocab_size = Tokenizer.from_file(paths.spm_model).vocab_size
+    check_writable(paths.checkpoints)
     model = build_model(config, vocab_size)
     averaged = [v for v in model.weights if keras.backend.is_float_dtype(v.dtype)]
     sums = [np.zeros(v.shape, np.float64) for v in averaged]
@@ -70,7 +73,9 @@ def average(config: PipelineConfig, last: int | None = None) -> AverageSummary:
     target = paths.averaged
     temporary = staging_directory(paths.checkpoints, ".averaged")
     try:
-        model_checkpoint(model).write(str(temporary / CHECKPOINT_NAME))
+        with tf_write_errors(paths.checkpoints):
+            model_checkpoint(model).write(str(temporary / CHECKPOINT_NAME))
+        record_model(temporary, model.model_config)
         (temporary / "averaged.json").write_text(json.dumps(
             {"checkpoints": [Path(p).name for p in prefixes],
              "steps": [checkpoint_step(p) for p in prefixes]}, indent=2) + "\n")

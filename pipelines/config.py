@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from keras_transformer.config import ModelConfig, ModelConfigError
 from keras_transformer.precision import resolve_dtype
+from pipelines.files import file_in_the_way
 from pipelines.shards import MAX_SHARDS
 from pipelines.source_spec import check_source_spec
 from pipelines.yaml_dataclasses import ConfigError, FieldError, key_error, load_yaml
@@ -266,6 +267,11 @@ class PipelineConfig:
             key = "model.max_length" if self.model.max_length is not None else "data.max_length"
             raise FieldError(key, f"model.max_length ({model_length}) must be at least "
                              f"data.max_length ({self.data.max_length})")
+        blocking = file_in_the_way(self.run_path)
+        if blocking is not None:
+            where = "" if blocking == self.run_path else f"{blocking} is "
+            raise FieldError("run_dir" if self.run_dir else "name",
+                             f"{self.run_path}: {where}a file, not a directory")
 
     @property
     def run_path(self) -> Path:

@@ -11,7 +11,7 @@ import sacrebleu
 
 from pipelines import InputError
 from pipelines.config import PipelineConfig
-from pipelines.files import atomic_open, read_lines, write_lines_atomic
+from pipelines.files import atomic_open, check_writable, read_lines, write_lines_atomic
 from pipelines.paths import RunPaths
 
 SPLITS = ("dev", "test")
@@ -67,6 +67,7 @@ def evaluate(config: PipelineConfig, checkpoint: str | None = None,
     paths = RunPaths(config.run_path)
     source_path, reference_path = paths.split(split)
     sources, references = _split_lines(source_path), _split_lines(reference_path)
+    check_writable(paths.hypotheses(split).parent)  # before decoding, not after
     # Decoding runs in the config's dtype policy (`auto` resolved for this machine): bfloat16
     # matmuls are several times faster than float32 on CPUs with AMX and on GPUs.
     model, checkpoint = load_model_for_inference(config, checkpoint,
@@ -90,6 +91,7 @@ def evaluate(config: PipelineConfig, checkpoint: str | None = None,
 
 
 def _split_lines(path: Path) -> list[str]:
-    if not path.exists():
-        raise InputError(f"{path}: missing; run `keras-transformer prepare` first")
+    if not path.is_file():
+        problem = "a directory, not a file" if path.is_dir() else "missing"
+        raise InputError(f"{path}: {problem}; run `keras-transformer prepare` first")
     return read_lines(path)

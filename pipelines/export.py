@@ -24,9 +24,9 @@ import export
 from export.saved_model import WARMUP_TEXT, export_saved_model
 from export.versions import staging_directory
 from pipelines import InputError
-from pipelines.checkpoints import replace_directory
+from pipelines.checkpoints import replace_directory, tf_write_errors
 from pipelines.config import EXPORT_FORMATS, PipelineConfig
-from pipelines.files import atomic_open
+from pipelines.files import atomic_open, check_writable
 from pipelines.models import load_model_for_inference, run_translator
 from pipelines.paths import RunPaths
 
@@ -63,7 +63,9 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     `formats` (default: the `export` section's).
 
     Raises:
-        InputError: an unknown format, or the run has no vocabulary or checkpoint.
+        InputError: an unknown format, or the run has no vocabulary or checkpoint, or one that
+            cannot be restored (incomplete, of another vocabulary or architecture).
+        OSError: export/ cannot be written (read-only, a full disk).
     """
     formats = config.export.formats if formats is None else formats
     unknown = sorted(set(formats) - set(EXPORT_FORMATS))
@@ -71,15 +73,16 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
         raise InputError(f"unknown export format(s) {unknown or list(formats)}; "
                          f"choose from {', '.join(EXPORT_FORMATS)}")
     start = time.perf_counter()
+    paths = RunPaths(config.run_path)
+    check_writable(paths.export)
     model, checkpoint = load_model_for_inference(config, checkpoint)
     translator = run_translator(config, model)
-    paths = RunPaths(config.run_path)
-    paths.export.mkdir(parents=True, exist_ok=True)
     saved_model = onnx = None
     if "saved_model" in formats:
-        saved_model = export_saved_model(translator, paths.saved_model,
-                                         warmup_text=_warmup_text(paths),
-                                         model_name=config.name)
+        with tf_write_errors(paths.saved_model):
+            saved_model = export_saved_model(translator, paths.saved_model,
+                                             warmup_text=_warmup_text(paths),
+                                             model_name=config.name)
         write_models_config(paths.models_config, config.name, paths.saved_model)
     if "onnx" in formats:
         from export.onnx import export_onnx

@@ -1,12 +1,15 @@
-"""Text files read by line, and files written whole or not at all (a temporary name, then a
-rename)."""
+"""Text files read by line, files written whole or not at all (a temporary name, then a
+rename), and checks that a directory can be one and be written before long work."""
 from __future__ import annotations
 
 import contextlib
 import itertools
 import os
+import tempfile
 from pathlib import Path
 from typing import IO, Iterable, Iterator
+
+from pipelines import InputError
 
 
 def clean_text(text: str) -> str:
@@ -33,6 +36,10 @@ def atomic_open(path: Path, mode: str) -> Iterator[IO]:
         with open(temp, mode, **text) as file:
             yield file
         os.replace(temp, path)
+    except OSError as error:
+        if error.filename != str(temp):
+            raise
+        raise OSError(error.errno, error.strerror, str(path)) from None  # the name one knows
     finally:
         temp.unlink(missing_ok=True)
 
@@ -41,3 +48,32 @@ def read_lines(path: str | Path, limit: int | None = None) -> list[str]:
     """The first `limit` (default: all) UTF-8 lines of `path`, without their newlines."""
     with open(path, encoding="utf-8") as file:
         return [line.rstrip("\n") for line in itertools.islice(file, limit)]
+
+
+def file_in_the_way(directory: Path) -> Path | None:
+    """The existing file (not a directory) that `directory` or one of its parents is, which
+    stops it from being a directory; None if there is none."""
+    for path in (directory, *directory.parents):
+        if path.exists():
+            return None if path.is_dir() else path
+    return None
+
+
+def check_writable(directory: Path) -> None:
+    """Checks that a file can be made in `directory` (or, while it does not exist, in its
+    nearest parent that does), creating nothing: a read-only or unwritable run directory fails
+    before the work whose results it would lose.
+
+    Raises:
+        InputError: a file is in the way (`file_in_the_way`).
+        OSError: naming the directory (e.g. EACCES, EROFS).
+    """
+    blocking = file_in_the_way(directory)
+    if blocking is not None:
+        raise InputError(f"{blocking}: a file, not a directory")
+    existing = next(path for path in (directory, *directory.parents) if path.exists())
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(existing)) from None

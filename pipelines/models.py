@@ -1,6 +1,6 @@
-"""A run's Transformer: built from the `model` section (with the vocabulary size and a Keras
-dtype policy) for training, or restored from its best checkpoint for decoding, and its
-Translator with the `evaluate` section's decoding settings.
+"""A run's tokenizer and Transformer: built from the `model` section (with the vocabulary size
+and a Keras dtype policy) for training, or restored from its best checkpoint for decoding, and
+its Translator with the `evaluate` section's decoding settings.
 
 Training may use a mixed dtype policy; its variables are float32 all the same, so the model
 can be rebuilt with any policy and restored from the same checkpoint: exports use float32
@@ -27,22 +27,41 @@ def build_model(config: PipelineConfig, vocab_size: int, dtype: str | None = Non
     return Transformer(model_config, dtype=dtype or config.model.resolved_dtype()[0])
 
 
+def run_tokenizer(paths: RunPaths) -> Tokenizer:
+    """The run's SentencePiece tokenizer, vocab/spm.model.
+
+    Raises:
+        InputError: the file is missing, or not a SentencePiece model (truncated, corrupt).
+    """
+    if not paths.spm_model.is_file():
+        raise InputError(f"{paths.spm_model}: no such file; run `keras-transformer prepare` "
+                         f"first")
+    try:
+        return Tokenizer.from_file(paths.spm_model)
+    except RuntimeError:  # SentencePiece's parse error
+        problem = "not a SentencePiece model (truncated or corrupt)"
+    except ValueError as error:  # a model without byte-fallback pieces
+        problem = str(error)
+    raise InputError(f"{paths.spm_model}: {problem}; restore it (an export holds a copy: "
+                     f"assets.extra/spm.model) or prepare the run again")
+
+
 def load_model_for_inference(config: PipelineConfig, checkpoint: str | None = None,
                              dtype: str = "float32") -> tuple[Transformer, str]:
     """(the restored model, its checkpoint prefix). `checkpoint` defaults to the averaged one,
     else the latest training checkpoint; `dtype` is the model's Keras dtype policy.
 
     Raises:
-        InputError: the run has no vocabulary or no checkpoint.
+        InputError: the run has no vocabulary or no checkpoint, or one that cannot be restored
+            (incomplete, of another vocabulary or architecture).
     """
     paths = RunPaths(config.run_path)
-    if not paths.spm_model.is_file():
-        raise InputError(f"{paths.spm_model}: missing; run `keras-transformer prepare` first")
+    vocab_size = run_tokenizer(paths).vocab_size
     checkpoint = checkpoint or default_checkpoint(paths)
     check_vocabulary(paths)
     if not Path(f"{checkpoint}.index").is_file():
         raise InputError(f"{checkpoint}: no such checkpoint (expected {checkpoint}.index)")
-    model = build_model(config, Tokenizer.from_file(paths.spm_model).vocab_size, dtype)
+    model = build_model(config, vocab_size, dtype)
     restore_model(model, checkpoint)
     return model, checkpoint
 

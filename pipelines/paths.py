@@ -5,8 +5,9 @@
     data/{dev,test}.{src,tgt}     held-out splits, one sentence a line
     vocab/spm.model, spm.vocab    the shared SentencePiece model and its pieces
     checkpoints/ckpt-STEP.*       training checkpoints, indexed by checkpoints/checkpoint;
-                                  vocabulary.sha256: the spm.model they were trained with
-    checkpoints/averaged/ckpt.*   the averaged model
+                                  vocabulary.sha256: the spm.model they were trained with,
+                                  model.json: the model config they hold
+    checkpoints/averaged/ckpt.*   the averaged model (averaged/model.json: its config)
     logs/                         TensorBoard events, train_summary.json
     eval/SPLIT.{hyp,json}         translations and scores of a split
     export/saved_model/VERSION/   SavedModel versions; export/models.config for TF Serving
@@ -21,6 +22,7 @@ from pathlib import Path
 from pipelines.shards import MANIFEST, Shard, train_shards
 
 CHECKPOINT_NAME = "ckpt"
+MODEL_RECORD = "model.json"  # beside checkpoints: the ModelConfig they hold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +72,11 @@ class RunPaths:
     def checkpoint_vocabulary(self) -> Path:
         """The SHA-256 of the SentencePiece model the checkpoints were trained with."""
         return self.checkpoints / "vocabulary.sha256"
+
+    @property
+    def checkpoint_model(self) -> Path:
+        """The model config the training checkpoints hold."""
+        return self.checkpoints / MODEL_RECORD
 
     @property
     def averaged(self) -> Path:

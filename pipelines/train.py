@@ -28,12 +28,13 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
-from keras_transformer.tokenizer import Tokenizer
 from pipelines import InputError
 from pipelines.budget import TrainingClock
 from pipelines.checkpoints import CheckpointSaver
 from pipelines.config import PipelineConfig
 from pipelines.data import any_pair_fits, make_dataset
+from pipelines.files import check_writable
+from pipelines.models import run_tokenizer
 from pipelines.paths import RunPaths
 from pipelines.progress import Progress
 from pipelines.strategy import (any_worker, chief_value, is_chief, is_multi_worker,
@@ -104,7 +105,9 @@ def train(config: PipelineConfig, *, strategy: tf.distribute.Strategy | None = N
         dataset_fn: per-worker training batches (default: the run's train split, endless).
 
     Raises:
-        InputError: the run is not prepared.
+        InputError: the run is not prepared, or its checkpoints cannot be resumed (incomplete,
+            of another vocabulary or architecture).
+        OSError: the run directory cannot be written, or a checkpoint cannot (a full disk).
         TrainingDiverged: a non-finite loss or gradient.
     """
     return TrainingRun(config, strategy=strategy, dataset_fn=dataset_fn).run()
@@ -119,12 +122,11 @@ class TrainingRun:
         self.started = time.monotonic()
         self.config, self.settings = config, config.train
         self.paths = RunPaths(config.run_path)
-        if not self.paths.spm_model.is_file():
-            raise InputError(f"{self.paths.spm_model}: no such file; run `keras-transformer "
-                             f"prepare` first")
+        tokenizer = run_tokenizer(self.paths)
+        for directory in (self.paths.checkpoints, self.paths.logs):
+            check_writable(directory)
         keras.utils.set_random_seed(self.settings.seed)
         self.strategy = strategy or make_strategy()
-        tokenizer = Tokenizer.from_file(self.paths.spm_model)
         self.clock = TrainingClock(self.settings)
         self.trainer = Trainer(config, tokenizer.vocab_size, self.strategy, self.clock)
         self.saver = CheckpointSaver(self.trainer.model, self.trainer.optimizer, self.clock,
@@ -151,6 +153,8 @@ class TrainingRun:
             self.progress.close()
 
     def _run(self) -> TrainSummary:
+        for problem in self.saver.skipped:
+            self.progress.message(f"skipped an incomplete checkpoint: {problem}")
         if self.start_step:
             self.progress.message(f"resumed from {self.saver.latest} at step "
                                   f"{self.start_step:,} ({self.clock.elapsed() / 60:.1f} min "

@@ -12,7 +12,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, PAD_ID, Tokenizer, vocabulary
 from keras_transformer.translate import decode_sources, source_length_limit
 from pipelines import InputError
-from pipelines.files import atomic_open
+from pipelines.files import atomic_open, check_writable
 
 KINDS = ("encoder_self_attention", "decoder_self_attention", "encoder_decoder_attention")
 
@@ -95,12 +95,18 @@ def plot_attention(maps: AttentionMaps, output_dir: Path) -> list[Path]:
 
 def visualize(model_dir: Path, sentence: str, output_dir: Path) -> list[Path]:
     """Heat maps for `sentence` from an export (runs/NAME/export, its saved_model/ or one
-    version), written to output_dir; returns the PNG paths."""
-    from export.loading import resolve_export
-    from export.saved_model import SavedModelTranslator
+    version: the newest complete one), written to output_dir; returns the PNG paths.
 
+    Raises:
+        InputError: output_dir (or a parent) is a file.
+        OSError: output_dir cannot be written.
+        ExportError: no SavedModel there, or one with a file truncated or corrupt.
+    """
+    from export.loading import open_saved_model, rebuild_translator, resolve_export
+
+    check_writable(output_dir)
     _, version_dir = resolve_export(model_dir, "tf")
-    translator = SavedModelTranslator(version_dir).rebuild()
+    translator = rebuild_translator(open_saved_model(version_dir))
     maps = attention_maps(translator.model, Tokenizer(translator.spm_model_proto), sentence,
                           translator.max_source_length)
     return plot_attention(maps, output_dir)

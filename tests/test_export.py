@@ -1,4 +1,6 @@
 """The export stage and `keras-transformer export|translate`."""
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +122,48 @@ def test_a_failed_onnx_export_leaves_the_previous_one_and_no_staging(exported, e
     assert capsys.readouterr().err == "keras-transformer export: error: no space left on device\n"
     assert sorted(p.name for p in exported.onnx.iterdir()) == before
     assert not list(exported.onnx.parent.glob(".onnx-*"))
+
+
+def test_the_newest_complete_version_is_served(exported, export_translator, tmp_path,
+                                               capsysbinary):
+    """A version without its graph or metadata (an empty directory, a copy cut short) is
+    passed over by translate and visualize; TF Serving would try it (the newest number), and
+    our exports never publish one."""
+    from pipelines.visualize import visualize
+
+    base = tmp_path / "saved_model"
+    shutil.copytree(exported.saved_model, base / "1")
+    (base / "2").mkdir()
+    shutil.copytree(exported.saved_model, base / "3",
+                    ignore=shutil.ignore_patterns("assets.extra"))  # no metadata
+    assert resolve_export(base) == ("tf", base / "1")
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(SENTENCES) + "\n")
+    assert main(["translate", str(base), str(source)]) == 0
+    assert capsysbinary.readouterr().out.decode().splitlines() == \
+        export_translator.translate_lines(SENTENCES)
+    assert len(visualize(base, SENTENCES[0], tmp_path / "maps")) == 6  # tiny: 2 layers x 3 kinds
+    shutil.rmtree(base / "1")
+    with pytest.raises(ValueError, match=r"found \(incomplete versions: 2, 3\)"):
+        resolve_export(base)
+
+
+def test_a_truncated_export_file_is_named(exported, tmp_path, capsys):
+    source = tmp_path / "lines.txt"
+    source.write_text("Hello.\n")
+    cases = [(exported.saved_model, "saved_model.pb", "saved_model.pb", []),
+             (exported.saved_model, "variables/variables.data-00000-of-00001", "variables", []),
+             (exported.saved_model, "assets.extra/spm.model", "assets.extra/spm.model",
+              ["--beam", "1"]),
+             (exported.saved_model, "assets.extra/translator.json",
+              "assets.extra/translator.json", []),
+             (exported.onnx, "translator.onnx", "translator.onnx", []),
+             (exported.onnx, "translator.json", "translator.json", [])]
+    for number, (export, cut, named, extra) in enumerate(cases):
+        directory = tmp_path / str(number) / export.name
+        shutil.copytree(export, directory)
+        os.truncate(directory / cut, (directory / cut).stat().st_size // 2)
+        assert main(["translate", str(directory), str(source), *extra]) == 2
+        assert capsys.readouterr().err == (
+            f"keras-transformer translate: error: {directory / named}: unreadable (truncated or "
+            f"corrupt); run `keras-transformer export` again\n")

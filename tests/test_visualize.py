@@ -55,3 +55,14 @@ def test_plot_writes_a_png_per_kind_and_layer(tiny_translator, tmp_path):
         with Image.open(path) as image:
             assert image.format == "PNG" and image.size[0] > 100
     assert not [p for p in (tmp_path / "attention").iterdir() if p not in paths]
+
+
+def test_an_output_path_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
+    from pipelines.cli import main
+
+    output = tmp_path / "maps.png"
+    output.write_bytes(b"")
+    for path in (output, output / "maps"):
+        assert main(["visualize", str(tmp_path), "Jesus wept.", "--output", str(path)]) == 2
+        assert capsys.readouterr().err == \
+            f"keras-transformer visualize: error: {output}: a file, not a directory\n"

@@ -1,6 +1,7 @@
 """Opening an export for `keras-transformer translate`: a SavedModel version, a SavedModel base
-path (its newest complete version), an ONNX directory, or a run's export/ directory holding
-both.
+path (its newest complete version), an ONNX directory, a CTranslate2 model directory
+(ctranslate2/float32 or ctranslate2/int8), or a run's export/ directory holding them (its
+CTranslate2 model: float32).
 
 A file of an export that is missing, truncated or corrupt is an ExportError naming it. The
 ONNX runtime path imports no TensorFlow (see `export.onnx_runtime`).
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from export.saved_model import SavedModelTranslator
     from export.translator import Translator
 
-RUNTIME_FORMATS = {"tf": "saved_model", "onnx": "onnx"}  # runtime -> the export format it runs
+RUNTIME_FORMATS = {"tf": "saved_model", "onnx": "onnx", "ct2": "ctranslate2"}  # runtime -> format
 # The files of a complete SavedModel version (export.saved_model writes them; named here so
 # that this module imports no TensorFlow).
 SAVED_MODEL_GRAPH, SAVED_MODEL_METADATA = "saved_model.pb", "assets.extra/translator.json"
@@ -47,6 +48,9 @@ def resolve_export(path: Path, runtime: str | None = None) -> tuple[str, Path]:
     for directory in (path, path / "onnx"):
         if (directory / TRANSLATOR_FILE).is_file():
             found.setdefault("onnx", directory)
+    for directory in (path, path / "ctranslate2" / "float32"):  # a model dir, e.g. .../int8
+        if (directory / "model.bin").is_file():
+            found.setdefault("ct2", directory)
     if not found:
         incomplete = versions(path) or versions(path / "saved_model")
         note = f" (incomplete versions: {', '.join(map(str, incomplete))})" if incomplete else ""
@@ -69,6 +73,14 @@ def open_translator(path: Path, runtime: str | None = None,
             file of the export missing, truncated or corrupt.
     """
     runtime, directory = resolve_export(Path(path), runtime)
+    if runtime == "ct2":
+        from export.ct2_runtime import CTranslate2Translator
+
+        exported = _read_metadata(directory.parent / METADATA_FILE)["beam_size"]
+        if beam_size not in (None, exported):
+            raise ExportError(f"{directory}: exported with beam {exported}; set evaluate."
+                             f"beam_size: {beam_size} and re-export, or use --runtime tf")
+        return CTranslate2Translator(directory.parent, directory.name)
     if runtime == "onnx":
         from export.onnx_runtime import OnnxTranslator
 

@@ -44,8 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export", help="the averaged (else latest) checkpoint -> export/saved_model/VERSION "
         "(TF Serving) + export/onnx/{model,translator}.onnx")
     export.add_argument("config", help="a pipeline YAML file or a builtin name (demo)")
-    export.add_argument("--format", help="comma-separated formats: saved_model,onnx "
-                        "(default: the config's export.formats, both)")
+    export.add_argument("--format", help="comma-separated formats: saved_model,onnx,"
+                        "ctranslate2 (default: the config's export.formats)")
     export.add_argument("--checkpoint", help="a checkpoint prefix (default: the averaged one)")
     export.set_defaults(handler=_export)
     translate = commands.add_parser(
@@ -53,8 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     translate.add_argument("model_dir", help="an export: runs/NAME/export, its saved_model/ "
                            "(newest version), one version, or its onnx/")
     translate.add_argument("input", nargs="?", default="-", help="a UTF-8 file (default: stdin)")
-    translate.add_argument("--runtime", choices=("tf", "onnx"),
-                           help="TensorFlow (SavedModel) or ONNX Runtime (default: tf if found)")
+    translate.add_argument("--runtime", choices=("tf", "onnx", "ct2"),
+                           help="TensorFlow (SavedModel), ONNX Runtime or CTranslate2 (default: "
+                           "tf if found)")
     translate.add_argument("--beam", type=int, help="beam size (default: the exported one)")
     translate.add_argument("--batch-size", type=int, default=32)
     translate.add_argument("--n-best", type=int, metavar="N",
@@ -232,8 +233,8 @@ def _read_prefixes(path: Path, lines: list[str], runtime: str, directory: Path,
 def _check_n_best(n_best: int, runtime: str, directory: Path, beam: int | None) -> None:
     """Raises InputError, before any work, for an n-best list the export cannot give."""
     if runtime != "tf":
-        raise InputError(f"--n-best: {directory} is an ONNX export, whose graphs return the best "
-                         f"translation only; use the SavedModel (--runtime tf)")
+        raise InputError(f"--n-best: {directory} is not a SavedModel, whose translate_nbest "
+                         f"signature gives n-best lists; use --runtime tf")
     from export.saved_model import read_metadata
 
     beam = beam or read_metadata(directory)["beam_size"]

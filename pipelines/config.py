@@ -28,7 +28,7 @@ from pipelines.source_spec import check_source_spec
 from pipelines.yaml_dataclasses import ConfigError, FieldError, key_error, load_yaml
 
 BUILTIN_CONFIGS = Path(__file__).with_name("configs")  # package data: pipelines/configs/*.yaml
-EXPORT_FORMATS = ("saved_model", "onnx")
+EXPORT_FORMATS = ("saved_model", "onnx", "ctranslate2")
 VOCABULARY_FIELDS = ("vocab_size", "pad_id")  # ModelConfig fields set by the run's tokenizer
 
 

@@ -2,12 +2,15 @@
 
     export/saved_model/<version>/   a new version per export (TF Serving base path)
     export/models.config            TF Serving's model config for it
-    export/onnx/{model,translator}.onnx, spm.model, translator.json
+    export/batching_parameters.txt  TF Serving's batching (--enable_batching) for it
+    export/onnx/{model,model_int8,translator}.onnx, spm.model, translator.json
+    export/ctranslate2/{float32,int8}/, spm.model, translator.json   (format ctranslate2)
 
 The model is restored in float32 (`pipelines.models`) and decodes with the `evaluate`
 section's settings (beam 4, alpha 0.6, source length + 50), a source cut to data.max_length
-tokens. The warm-up requests carry the first dev sentences. The ONNX directory is written
-under a temporary name and swapped in by renames, each SavedModel version by one rename.
+tokens. The warm-up requests carry the first dev sentences. The ONNX and CTranslate2
+directories are written under a temporary name and swapped in by renames, each SavedModel
+version by one rename.
 
 Example:
     print(export_run(load_config("demo")).format())
@@ -15,10 +18,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import export
 from export.saved_model import WARMUP_TEXT, export_saved_model
@@ -32,6 +36,7 @@ from pipelines.paths import RunPaths
 
 WARMUP_SENTENCES = 4
 MODELS_CONFIG = Path(export.__file__).with_name("serving") / "models.config"
+BATCHING_PARAMETERS = MODELS_CONFIG.with_name("batching_parameters.txt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +46,7 @@ class ExportSummary:
     checkpoint: str
     saved_model: Path | None  # the new version's directory
     onnx: Path | None
+    ctranslate2: Path | None
     beam_size: int
     alpha: float
     seconds: float
@@ -53,7 +59,9 @@ class ExportSummary:
             lines.append(f"  saved_model  {self.saved_model} (TF Serving: "
                          f"{self.saved_model.parent.parent / 'models.config'})")
         if self.onnx:
-            lines.append(f"  onnx         {self.onnx}/{{model,translator}}.onnx")
+            lines.append(f"  onnx         {self.onnx}/{{model,model_int8,translator}}.onnx")
+        if self.ctranslate2:
+            lines.append(f"  ctranslate2  {self.ctranslate2}/{{float32,int8}}")
         return "\n".join(lines)
 
 
@@ -77,25 +85,45 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     check_writable(paths.export)
     model, checkpoint = load_model_for_inference(config, checkpoint)
     translator = run_translator(config, model)
-    saved_model = onnx = None
+    saved_model = onnx = ctranslate2 = None
     if "saved_model" in formats:
         with tf_write_errors(paths.saved_model):
             saved_model = export_saved_model(translator, paths.saved_model,
                                              warmup_text=_warmup_text(paths),
                                              model_name=config.name)
         write_models_config(paths.models_config, config.name, paths.saved_model)
+        write_batching_parameters(paths.batching_parameters)
     if "onnx" in formats:
         from export.onnx import export_onnx
 
-        temporary = staging_directory(paths.export, ".onnx")
-        try:
-            export_onnx(translator, temporary)
-            replace_directory(temporary, paths.onnx)
-        finally:
-            shutil.rmtree(temporary, ignore_errors=True)
-        onnx = paths.onnx
-    return ExportSummary(checkpoint, saved_model, onnx, config.evaluate.beam_size,
+        onnx = _write_directory(lambda directory: export_onnx(translator, directory),
+                                paths.onnx)
+    if "ctranslate2" in formats:
+        from export.ctranslate2 import export_ctranslate2
+
+        ctranslate2 = _write_directory(
+            lambda directory: export_ctranslate2(translator, directory), paths.ctranslate2)
+    return ExportSummary(checkpoint, saved_model, onnx, ctranslate2, config.evaluate.beam_size,
                          config.evaluate.alpha, time.perf_counter() - start)
+
+
+def _write_directory(write: Callable[[Path], object], target: Path) -> Path:
+    """Runs `write` on a staging directory beside `target`, then swaps it in; returns target."""
+    temporary = staging_directory(target.parent, f".{target.name}")
+    try:
+        write(temporary)
+        replace_directory(temporary, target)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    return target
+
+
+def write_batching_parameters(path: Path) -> None:
+    """TF Serving's --batching_parameters_file (the template export/serving/
+    batching_parameters.txt, its comments kept, num_batch_threads this machine's cores)."""
+    body = BATCHING_PARAMETERS.read_text().replace("{threads}", str(os.cpu_count() or 1))
+    with atomic_open(path, "w") as file:
+        file.write(body)
 
 
 def write_models_config(path: Path, name: str, base_path: Path) -> None:

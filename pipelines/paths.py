@@ -10,8 +10,10 @@
     checkpoints/averaged/ckpt.*   the averaged model (averaged/model.json: its config)
     logs/                         TensorBoard events, train_summary.json
     eval/SPLIT.{hyp,json}         translations and scores of a split
-    export/saved_model/VERSION/   SavedModel versions; export/models.config for TF Serving
-    export/onnx/                  model.onnx, translator.onnx
+    export/saved_model/VERSION/   SavedModel versions; export/models.config and
+                                  export/batching_parameters.txt for TF Serving
+    export/onnx/                  model.onnx, model_int8.onnx, translator.onnx
+    export/ctranslate2/           float32/, int8/ (CTranslate2 models), spm.model
     stages/STAGE.json             `run`'s record of each completed stage
 """
 from __future__ import annotations
@@ -117,6 +119,14 @@ class RunPaths:
     @property
     def onnx(self) -> Path:
         return self.export / "onnx"
+
+    @property
+    def ctranslate2(self) -> Path:
+        return self.export / "ctranslate2"
+
+    @property
+    def batching_parameters(self) -> Path:
+        return self.export / "batching_parameters.txt"
 
     def stamp(self, stage: str) -> Path:
         return self.root / "stages" / f"{stage}.json"

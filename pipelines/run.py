@@ -118,7 +118,10 @@ def _exported(config: PipelineConfig, paths: RunPaths) -> list[Path]:
         files += [(version or paths.saved_model / "VERSION") / "saved_model.pb",
                   paths.models_config]
     if "onnx" in config.export.formats:
-        files += [paths.onnx / "model.onnx", paths.onnx / "translator.onnx"]
+        files += [paths.onnx / name for name in ("model.onnx", "model_int8.onnx",
+                                                 "translator.onnx")]
+    if "ctranslate2" in config.export.formats:
+        files += [paths.ctranslate2 / name / "model.bin" for name in ("float32", "int8")]
     return files
 
 
@@ -228,7 +231,9 @@ def report(config: PipelineConfig, examples: int = 3) -> str:
         lines.append(f"  exports   {paths.saved_model} (TF Serving base path, "
                      f"{paths.models_config})")
     if "onnx" in config.export.formats:
-        lines.append(f"  exports   {paths.onnx}/{{model,translator}}.onnx")
+        lines.append(f"  exports   {paths.onnx}/{{model,model_int8,translator}}.onnx")
+    if "ctranslate2" in config.export.formats:
+        lines.append(f"  exports   {paths.ctranslate2}/{{float32,int8}} (CTranslate2)")
     with open(paths.split("test")[0], encoding="utf-8") as file:
         sources = [line.rstrip("\n") for line, _ in zip(file, range(examples))]
     translations = {runtime: open_translator(paths.export, runtime).translate_lines(sources)

@@ -56,8 +56,8 @@ def test_nbest_lists_the_export_cannot_give_are_refused_before_any_work(exported
             ([str(exported.saved_model), "--n-best", "5"],
              "--n-best 5: at most the beam size (4); raise --beam"),
             ([str(exported.onnx), "--n-best", "2"],
-             f"--n-best: {exported.onnx} is an ONNX export, whose graphs return the best "
-             f"translation only; use the SavedModel (--runtime tf)"),
+             f"--n-best: {exported.onnx} is not a SavedModel, whose translate_nbest "
+             f"signature gives n-best lists; use --runtime tf"),
             ([str(exported.saved_model), "--n-best", "0"],
              "--beam, --batch-size and --n-best must be positive")]:
         assert main(["translate", args[0], str(source), *args[1:]]) == 2

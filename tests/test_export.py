@@ -1,6 +1,7 @@
 """The export stage and `keras-transformer export|translate`."""
 import os
 import shutil
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,21 @@ def test_a_truncated_export_file_is_named(exported, tmp_path, capsys):
         assert capsys.readouterr().err == (
             f"keras-transformer translate: error: {directory / named}: unreadable (truncated or "
             f"corrupt); run `keras-transformer export` again\n")
+
+
+def test_a_ctranslate2_export_translates_through_the_cli(exported, export_config, tmp_path,
+                                                         capsysbinary):
+    run_export = exported.saved_model.parent.parent
+    batching = (run_export / "batching_parameters.txt").read_text()
+    assert f"num_batch_threads {{ value: {os.cpu_count()} }}" in batching
+    assert "pad_variable_length_inputs: true" in batching and "{" + "threads}" not in batching
+    assert main(["export", str(export_config), "--format", "ctranslate2"]) == 0
+    assert "ctranslate2" in capsysbinary.readouterr().out.decode()
+    assert sorted(p.name for p in (run_export / "ctranslate2").iterdir()) == \
+        ["float32", "int8", "spm.model", "translator.json"]
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(SENTENCES + [""]) + "\n")
+    for model_dir in (run_export, run_export / "ctranslate2" / "int8"):
+        assert main(["translate", str(model_dir), str(source), "--runtime", "ct2"]) == 0
+        output = capsysbinary.readouterr().out.decode().splitlines()
+        assert len(output) == len(SENTENCES) + 1 and output[-1] == "" and all(output[:-1])

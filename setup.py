@@ -14,6 +14,7 @@ setup(
         "keras==3.15.1",
         "tensorflow-text==2.21.1",
         "tensorflow-datasets==4.9.10",
+        "importlib_resources==7.1.0",  # tensorflow-datasets needs it to prepare a dataset
         "sacrebleu==2.6.0",
         "sentencepiece==0.2.3",
         "tf2onnx==1.17.0",

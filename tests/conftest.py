@@ -63,3 +63,16 @@ def saved_model_dir(exported) -> Path:
 @pytest.fixture(scope="session")
 def onnx_dir(exported) -> Path:
     return exported.onnx
+
+
+@pytest.fixture
+def bfloat16_runs() -> None:
+    """Skips a test that computes in bfloat16 where oneDNN would abort the process on it (a
+    ONEDNN_MAX_CPU_ISA cap below what this CPU's bf16 needs, as ../shared/tools/slow-cpu
+    sets); `resolve_dtype` refuses mixed_bfloat16 there with this reason."""
+    from keras_transformer.precision import resolve_dtype
+
+    try:
+        resolve_dtype("mixed_bfloat16")
+    except ValueError as error:
+        pytest.skip(str(error))

@@ -88,7 +88,8 @@ def test_the_export_section_names_formats(export_config, tmp_path):
         load_config(path)
 
 
-def test_a_mixed_precision_model_is_restored_in_float32(export_config, tmp_path):
+def test_a_mixed_precision_model_is_restored_in_float32(export_config, tmp_path,
+                                                        bfloat16_runs):
     import dataclasses
 
     from keras_transformer.tokenizer import Tokenizer

@@ -73,7 +73,7 @@ def test_projected_loss_matches_loss_on_logits(chunk_elements, eps):
                                    rtol=1e-5, atol=1e-6)
 
 
-def test_projected_loss_in_graph_and_bfloat16_hidden():
+def test_projected_loss_in_graph_and_bfloat16_hidden(bfloat16_runs):
     rng = np.random.default_rng(1)
     hidden = tf.constant(rng.normal(size=(2, 3, 4)).astype(np.float32))
     table = tf.constant(rng.normal(size=(9, 4)).astype(np.float32))

@@ -78,7 +78,7 @@ def test_save_and_load_round_trip(tmp_path):
     np.testing.assert_allclose(logits_of(restored, SOURCE, TARGET), expected, atol=1e-6)
 
 
-def test_mixed_precision_policy_is_restored_on_load(tmp_path):
+def test_mixed_precision_policy_is_restored_on_load(tmp_path, bfloat16_runs):
     model = Transformer(ModelConfig.from_preset("tiny", vocab_size=VOCAB),
                         dtype="mixed_bfloat16")
     out = model({"source_ids": tf.constant(SOURCE), "target_ids": tf.constant(TARGET)})

@@ -127,7 +127,8 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
             "dev/perplexity", "dev/bleu"} <= tags
 
 
-def test_one_trace_over_batches_of_20_shapes_in_mixed_bfloat16(tmp_path: Path) -> None:
+def test_one_trace_over_batches_of_20_shapes_in_mixed_bfloat16(tmp_path: Path,
+                                                             bfloat16_runs: None) -> None:
     config = load_config(make_tiny_run(tmp_path, model={"dtype": "mixed_bfloat16"}, train={
         "steps": 12, "accumulate_steps": 2, "warmup_steps": 4, "validate_every_steps": 12,
         "bleu_every_steps": 12, "bleu_max_sentences": 8}))

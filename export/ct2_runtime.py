@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,11 +21,10 @@ import ctranslate2
 import sentencepiece as spm
 
 from export import ExportError
-from export.lines import decode_line, translate_in_batches
+from export.lines import decode_line, normalize_spaces, translate_in_batches
 
 QUANTIZATIONS = ("float32", "int8")  # the models an export writes, one directory each
 SPM_FILE, METADATA_FILE = "spm.model", "translator.json"
-SPACES = re.compile(r"[\t\n\f\r \x00]+")  # RE2's \s and NUL: as the graphs' tokenizer reads
 LINE_BREAK_PIECES, SPACE_PIECE = ("<0x0A>", "<0x0D>"), "<0x20>"
 
 
@@ -56,7 +54,7 @@ class CTranslate2Translator:
     def translate(self, texts: Sequence[str | bytes]) -> list[str]:
         """One batch of lines -> their translations."""
         limit = self.metadata["max_source_length"] - 1
-        sources = [self.processor.encode(SPACES.sub(" ", decode_line(text)),
+        sources = [self.processor.encode(normalize_spaces(decode_line(text)),
                                          out_type=str)[:limit] for text in texts]
         return [self._detokenize(pieces) for pieces in self.translate_pieces(sources)]
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import codecs
+import re
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
@@ -9,6 +10,14 @@ L, T = TypeVar("L"), TypeVar("T")  # a line (or line and prefix); its translatio
 
 # SentencePiece reads each byte outside valid UTF-8 as one U+FFFD; so does this error handler
 # (Python's "replace" gives one U+FFFD per maximal invalid subsequence).
+SPACES = re.compile(r"[\t\n\f\r \x00]+")  # RE2's \s and NUL, read as one space by the graphs
+
+
+def normalize_spaces(line: str) -> str:
+    """A line as the graphs' tokenizer reads it: runs of whitespace and NUL as one space."""
+    return SPACES.sub(" ", line)
+
+
 codecs.register_error("sentencepiece",
                       lambda error: ("\ufffd" * (error.end - error.start), error.end))
 
@@ -47,10 +56,10 @@ def prefix_problem(lines: Sequence[str], prefixes: Sequence[str], spm_model: Pat
     for number, (line, prefix) in enumerate(zip(lines, prefixes), 1):
         if not prefix.strip():
             continue
-        source = min(len(processor.encode(" ".join(line.split()))) + 1,
+        source = min(len(processor.encode(normalize_spaces(line))) + 1,
                      metadata["max_source_length"])
         limit = min(source + metadata["extra_length"], metadata["model"]["max_length"])
-        pieces = len(processor.encode(" ".join(prefix.split())))
+        pieces = len(processor.encode(normalize_spaces(prefix)))
         if pieces > limit:
             return (f"line {number}: the prefix has {pieces} pieces, more than the {limit} "
                     f"tokens its translation may have (source length + extra_length)")

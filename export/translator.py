@@ -120,9 +120,7 @@ class Translator(tf.Module):
     @tf.function(input_signature=[TEXT_SPEC])
     def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] -> translations [batch] and score [batch]."""
-        text = tf.ensure_shape(text, TEXT_SPEC.shape)  # TF Serving does not check
-        source_ids = encode_text(text, self.spm_model_proto, self.max_source_length)
-        target_ids, score = self.search(source_ids)  # [batch, time], [batch]
+        target_ids, score = self.search(self.encode(text))  # [batch, time], [batch]
         translation = Tokenizer(self.spm_model_proto).detokenize(target_ids)  # [batch]
         return {"translation": translation, "score": score}
 
@@ -130,9 +128,7 @@ class Translator(tf.Module):
     def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] -> the final beam's translations [batch, beam] and scores
         [batch, beam], best first (the first is `translate`'s)."""
-        text = tf.ensure_shape(text, TEXT_SPEC.shape)  # TF Serving does not check
-        source_ids = encode_text(text, self.spm_model_proto, self.max_source_length)
-        ids, scores = self.hypotheses(source_ids)  # [batch, beam, time], [batch, beam]
+        ids, scores = self.hypotheses(self.encode(text))  # [batch, beam, time], [batch, beam]
         shape = tf.shape(ids)
         flat = tf.reshape(ids, [shape[0] * shape[1], shape[2]])  # [batch * beam, time]
         translations = Tokenizer(self.spm_model_proto).detokenize(flat)  # [batch * beam]
@@ -142,16 +138,21 @@ class Translator(tf.Module):
     def translate_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] and target prefixes [batch] -> translations [batch] that begin
         with their prefix (an empty prefix: as `translate`) and score [batch]."""
-        text = tf.ensure_shape(text, TEXT_SPEC.shape)  # TF Serving does not check
-        prefix = tf.ensure_shape(prefix, PREFIX_SPEC.shape)
+        prefix = tf.ensure_shape(prefix, PREFIX_SPEC.shape)  # TF Serving does not check
         same_batch = tf.debugging.assert_equal(
             tf.shape(text), tf.shape(prefix), message="text and prefix need the same batch size")
         with tf.control_dependencies([same_batch]):
-            source_ids = encode_text(text, self.spm_model_proto, self.max_source_length)
+            source_ids = self.encode(text)
         tokenizer = Tokenizer(self.spm_model_proto)
         prefix_ids = tokenizer.tokenize(prefix).to_tensor(PAD_ID)  # [batch, prefix]
         ids, scores = self.hypotheses(source_ids, prefix_ids)  # [batch, beam, time]
         return {"translation": tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}
+
+    def encode(self, text: tf.Tensor) -> tf.Tensor:
+        """Graph code: UTF-8 lines [batch] -> source ids [batch, time]; a `text` that is not a
+        vector is refused at run time (TF Serving does not check it)."""
+        text = tf.ensure_shape(text, TEXT_SPEC.shape)
+        return encode_text(text, self.spm_model_proto, self.max_source_length)
 
     def search(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: source ids [batch, time] -> (target ids [batch, time], score [batch])."""

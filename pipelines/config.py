@@ -170,6 +170,13 @@ class TrainConfig:
     An update sums `accumulate_steps` batches of `data.batch_tokens`; the loss is divided by
     the real target tokens of all of them. Intervals set to 0 are off. Training ends at `steps`
     or at `max_minutes`, whichever comes first.
+
+    `init_from` (fine-tuning, domain adaptation) starts the run from the weights of another:
+    a run directory (its averaged checkpoint, else its latest) or a checkpoint prefix, relative
+    to the working directory like `run_dir`. The run keeps the parent's vocabulary (`prepare`
+    copies its spm.model) and architecture (the `model` section must describe it); the
+    optimizer and the schedule start afresh, from `warmup_steps` and `learning_rate_scale`.
+    See pipelines/parent.py.
     """
 
     steps: int = 100_000  # updates; the paper trains the base model 100k steps, big 300k
@@ -189,8 +196,11 @@ class TrainConfig:
     log_every_steps: int = 100
     jit_compile: bool = False  # XLA: one compilation per batch shape
     seed: int = 1234  # initialisation and dropout
+    init_from: str | None = None  # the parent run directory or checkpoint of a fine-tuning
 
     def __post_init__(self) -> None:
+        if self.init_from is not None and not self.init_from.strip():
+            raise FieldError("init_from", "must name a run directory or a checkpoint, got ''")
         for key, low in (("steps", 1), ("warmup_steps", 1), ("accumulate_steps", 1),
                          ("checkpoint_every_steps", 0), ("keep_checkpoints", 1),
                          ("average_last", 1), ("validate_every_steps", 0),

@@ -6,7 +6,8 @@
     vocab/spm.model, spm.vocab    the shared SentencePiece model and its pieces
     checkpoints/ckpt-STEP.*       training checkpoints, indexed by checkpoints/checkpoint;
                                   vocabulary.sha256: the spm.model they were trained with,
-                                  model.json: the model config they hold
+                                  model.json: the model config they hold,
+                                  parent.json: the checkpoint a fine-tuning started from
     checkpoints/averaged/ckpt.*   the averaged model (averaged/model.json: its config)
     logs/                         TensorBoard events, train_summary.json
     eval/SPLIT.{hyp,json}         translations and scores of a split
@@ -79,6 +80,11 @@ class RunPaths:
     def checkpoint_model(self) -> Path:
         """The model config the training checkpoints hold."""
         return self.checkpoints / MODEL_RECORD
+
+    @property
+    def checkpoint_parent(self) -> Path:
+        """The checkpoint a fine-tuning run started from (`train.init_from`)."""
+        return self.checkpoints / "parent.json"
 
     @property
     def averaged(self) -> Path:

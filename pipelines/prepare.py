@@ -3,9 +3,9 @@
 The split files hold raw (untokenized) UTF-8 text, one sentence a line; the train split is in
 shard files listed by data/train.json (pipelines/shards.py). The corpus streams through
 `pipelines.splitting` in two passes with bounded memory; the shared SentencePiece vocabulary
-is learned from a uniform sample of at most `data.vocab_max_sentences` train sentences per side,
-and the summary's token statistics are estimated from a sample of 100,000 train pairs
-(`pipelines.splitting.STATS_SAMPLE`).
+is learned from a uniform sample of at most `data.vocab_max_sentences` train sentences per side
+(a fine-tuning run, `train.init_from`, copies its parent's instead), and the summary's token
+statistics are estimated from a sample of 100,000 train pairs (`pipelines.splitting.STATS_SAMPLE`).
 
 Everything is written under data/.prepare-PID first and moved into place at the end, the train
 manifest last: a bad corpus raises before anything is written, and an interrupted prepare
@@ -19,9 +19,11 @@ import shutil
 import time
 from pathlib import Path
 
-from keras_transformer.tokenizer import Tokenizer, train_sentencepiece, vocabulary
-from pipelines.config import PipelineConfig
+from keras_transformer.tokenizer import (Tokenizer, model_type, train_sentencepiece,
+                                         vocabulary)
+from pipelines.config import DataConfig, PipelineConfig
 from pipelines.files import atomic_open, write_lines_atomic
+from pipelines.parent import find_parent
 from pipelines.paths import RunPaths
 from pipelines.progress import PassProgress
 from pipelines.shards import is_shard_file, shard_stem, write_manifest
@@ -48,6 +50,7 @@ class PrepareSummary:
     max_length: int
     vocab_size: int
     vocab_type: str
+    vocab_parent: Path | None  # the parent's spm.model that a fine-tuning run copied
     avg_tokens: tuple[float, float]  # (source, target) pieces per sentence, BOS/EOS excluded
     padding_efficiency: tuple[float, float]  # (source, target) real / padded batch tokens
     batch_tokens: int
@@ -65,7 +68,9 @@ class PrepareSummary:
             f"  pairs     {pairs}  ({self.shards} train shard{'s' * (self.shards > 1)})",
             f"  dropped   {dropped}",
             f"  vocab     {self.vocab_size:,} shared {self.vocab_type} pieces "
-            f"({RunPaths(self.run_dir).spm_model})",
+            f"({RunPaths(self.run_dir).spm_model}" + (
+                f", copied from the parent's {self.vocab_parent})" if self.vocab_parent
+                else ")"),
             f"  {sample}:",
             f"  too long  {self.too_long:,} train pair(s) over {self.max_length} tokens "
             f"(skipped when batching)",
@@ -82,24 +87,20 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
 
     Raises:
         CorpusError: the corpus is missing, malformed or empty after filtering.
+        InputError: `train.init_from` names no usable parent (`pipelines.parent.find_parent`).
     """
     start = time.monotonic()
     data = config.data
     paths = RunPaths(config.run_path)
+    parent = find_parent(config)
     _remove_staging(paths.data)
     source = open_source(data)
     staging = paths.data / f"{STAGING_PREFIX}{os.getpid()}"
     progress = PassProgress()
     try:
         splits = write_splits(source, data, staging, progress.update)
-        progress.message(f"learning {data.vocab_size:,} {data.vocab_type} pieces from "
-                         f"{min(splits.pairs['train'], data.vocab_max_sentences):,} sampled "
-                         f"train sentences per side")
-        model_proto = train_sentencepiece(list(splits.vocab_sample), vocab_size=data.vocab_size,
-                                          model_type=data.vocab_type,
-                                          character_coverage=data.character_coverage,
-                                          max_sentences=2 * data.vocab_max_sentences,
-                                          seed=data.seed)
+        model_proto = (parent.spm_model.read_bytes() if parent else
+                       _learn_vocabulary(splits, data, progress))
         staged_model = staging / paths.spm_model.name
         with atomic_open(staged_model, "wb") as file:
             file.write(model_proto)
@@ -112,8 +113,20 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         run_dir=config.run_path, source=data.source, pairs=splits.pairs, dropped=splits.dropped,
         shards=len(splits.shard_pairs), sampled_pairs=splits.stats_pairs, too_long=too_long,
         max_length=data.max_length, vocab_size=Tokenizer(model_proto).vocab_size,
-        vocab_type=data.vocab_type, avg_tokens=avg_tokens, padding_efficiency=efficiency,
+        vocab_type=model_type(model_proto), vocab_parent=parent.spm_model if parent else None,
+        avg_tokens=avg_tokens, padding_efficiency=efficiency,
         batch_tokens=data.batch_tokens, seconds=time.monotonic() - start)
+
+
+def _learn_vocabulary(splits: Splits, data: DataConfig, progress: PassProgress) -> bytes:
+    """The serialized SentencePiece model learned from the vocabulary sample of `splits`."""
+    progress.message(f"learning {data.vocab_size:,} {data.vocab_type} pieces from "
+                     f"{min(splits.pairs['train'], data.vocab_max_sentences):,} sampled "
+                     f"train sentences per side")
+    return train_sentencepiece(list(splits.vocab_sample), vocab_size=data.vocab_size,
+                               model_type=data.vocab_type,
+                               character_coverage=data.character_coverage,
+                               max_sentences=2 * data.vocab_max_sentences, seed=data.seed)
 
 
 def _measure(splits: Splits, model: Path, config: PipelineConfig

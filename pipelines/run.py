@@ -97,10 +97,14 @@ def _identity(path: Path) -> list:
 
 
 def _corpus(config: PipelineConfig, paths: RunPaths) -> list[Path]:
-    """The user's corpus files (source `files`)."""
+    """The user's corpus files (source `files`), and the parent's vocabulary that a fine-tuning
+    run copies (`train.init_from`)."""
+    from pipelines.parent import parent_vocabulary
+
     splits = (config.data.train, config.data.dev, config.data.test)
-    return [path for split in splits if split for path in (split.src, split.tgt, split.tsv)
-            if path]
+    corpus = [path for split in splits if split for path in (split.src, split.tgt, split.tsv)
+              if path]
+    return corpus + [path for path in (parent_vocabulary(config),) if path]
 
 
 def _prepared(config: PipelineConfig, paths: RunPaths) -> list[Path]:
@@ -126,7 +130,7 @@ def _exported(config: PipelineConfig, paths: RunPaths) -> list[Path]:
 
 
 STAGES = (
-    Stage("prepare", ("data",), _corpus, _prepared, _prepare,
+    Stage("prepare", ("data", "train.init_from"), _corpus, _prepared, _prepare,
           ignores=("data.batch_tokens", "data.shuffle_buffer")),
     Stage("train", ("data", "model", "train"), _prepared, lambda c, p: [p.checkpoint_index],
           _train, ignores=("train.average_last",)),

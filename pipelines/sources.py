@@ -85,8 +85,8 @@ def open_source(data: DataConfig) -> Source:
         meter.total = len(verses)
 
         def pool() -> Iterator[PoolPair]:
-            for meter.done, pair in enumerate(verses, 1):
-                yield pair
+            for meter.done, (source, target, split, _) in enumerate(verses, 1):
+                yield source, target, split
 
         return Source(data.source, pool, {}, dict(dropped), meter)
     if kind == "files":

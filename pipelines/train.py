@@ -9,6 +9,8 @@ runs/NAME/{data,vocab} -> runs/NAME/checkpoints/ckpt-STEP, runs/NAME/logs (Tenso
   tf.function whose input signature leaves every batch shape free (it traces once).
 * Checkpoints every N steps and/or minutes (and at the end), the last K kept; a rerun resumes
   from the latest with its step, optimizer state and schedule (`pipelines.checkpoints`).
+* Fine-tuning (`train.init_from`, `pipelines.parent`): a run without checkpoints starts from
+  its parent's weights, with a fresh optimizer and schedule; the parent is recorded.
   The data order is reseeded with the step, so a resumed run does not replay its first batches.
 * Observability: dev loss and greedy dev BLEU every N steps (`pipelines.validation`),
   TensorBoard scalars, a progress line; a non-finite loss or gradient stops the run naming the
@@ -30,11 +32,12 @@ import tensorflow as tf
 
 from pipelines import InputError
 from pipelines.budget import TrainingClock
-from pipelines.checkpoints import CheckpointSaver
+from pipelines.checkpoints import CheckpointSaver, restore_model
 from pipelines.config import PipelineConfig
 from pipelines.data import any_pair_fits, make_dataset
 from pipelines.files import check_writable
 from pipelines.models import run_tokenizer
+from pipelines.parent import check_parent_vocabulary, find_parent, recorded_parent, record_parent
 from pipelines.paths import RunPaths
 from pipelines.progress import Progress
 from pipelines.strategy import (any_worker, chief_value, is_chief, is_multi_worker,
@@ -73,12 +76,16 @@ class TrainSummary:
     planned_steps: int | None = None  # steps of the recipe followed (compressed by a budget)
     warmup_steps: int | None = None
     learning_rate_scale: float | None = None
+    init_from: str | None = None  # the parent checkpoint of a fine-tuning run
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
         resumed = f"resumed at step {self.start_step:,}, " if self.start_step else ""
         lines = [f"trained {self.run_dir} to step {self.step:,} ({resumed}{self.strategy}, "
-                 f"{self.replicas} replica(s)) in {self.seconds:.0f} s",
+                 f"{self.replicas} replica(s)) in {self.seconds:.0f} s"]
+        if self.init_from:
+            lines.append(f"  parent    {self.init_from} (fine-tuned from its weights)")
+        lines += [
                  f"  loss      {self.loss:.4f} (train)" + (
                      f", {self.dev_loss:.4f} (dev)" if self.dev_loss is not None else ""),
                  f"  speed     {self.tokens_per_second:,.0f} target tokens/s",
@@ -106,7 +113,8 @@ def train(config: PipelineConfig, *, strategy: tf.distribute.Strategy | None = N
 
     Raises:
         InputError: the run is not prepared, or its checkpoints cannot be resumed (incomplete,
-            of another vocabulary or architecture).
+            of another vocabulary or architecture), or its `train.init_from` parent cannot be
+            fine-tuned (see `pipelines.parent`).
         OSError: the run directory cannot be written, or a checkpoint cannot (a full disk).
         TrainingDiverged: a non-finite loss or gradient.
     """
@@ -132,6 +140,7 @@ class TrainingRun:
         self.saver = CheckpointSaver(self.trainer.model, self.trainer.optimizer, self.clock,
                                      self.strategy, self.settings, self.paths)
         self.start_step = self.saver.restore()
+        self.init_from = self._init_from_parent(chief=is_chief(self.strategy))
         self.recipe = self.clock.recipe(self.settings)
         self._planned_at = (self.clock.elapsed(), self.start_step)  # when and where planned
         self.dataset = self.strategy.distribute_datasets_from_function(
@@ -144,6 +153,33 @@ class TrainingRun:
         self.progress = Progress(self.recipe.steps, enabled=chief, elapsed=self.clock.elapsed,
                                  budget_seconds=self.clock.budget_seconds)
 
+    def _init_from_parent(self, chief: bool) -> str | None:
+        """A fine-tuning run without checkpoints starts from its parent's weights (the
+        optimizer and the schedule start afresh); one with checkpoints resumes from them, which
+        must descend from the parent that `train.init_from` names. Returns the parent
+        checkpoint the run descends from, if any."""
+        init_from = self.settings.init_from
+        recorded = recorded_parent(self.paths)
+        if self.start_step and init_from is not None:
+            named = Path(init_from).resolve()
+            if recorded is None or not (named == Path(recorded) or named in Path(recorded).parents):
+                origin = f"fine-tuned from {recorded}" if recorded else "trained from scratch"
+                raise InputError(f"train.init_from: {init_from}: {self.paths.checkpoints} holds "
+                                 f"a run {origin} (step {self.start_step:,}); move it away "
+                                 f"to fine-tune from {init_from}")
+        if self.start_step:
+            return recorded
+        if init_from is None:
+            if chief:  # a record of a fine-tuning whose checkpoints were moved away
+                self.paths.checkpoint_parent.unlink(missing_ok=True)
+            return None
+        parent = find_parent(self.config)
+        check_parent_vocabulary(parent, self.paths)
+        restore_model(self.trainer.model, parent.checkpoint)
+        if chief:
+            record_parent(self.paths, parent)
+        return str(Path(parent.checkpoint).resolve())
+
     def run(self) -> TrainSummary:
         """Trains to the recipe's steps or to the budget, validating, logging and saving."""
         try:
@@ -155,6 +191,9 @@ class TrainingRun:
     def _run(self) -> TrainSummary:
         for problem in self.saver.skipped:
             self.progress.message(f"skipped an incomplete checkpoint: {problem}")
+        if self.init_from and not self.start_step:
+            self.progress.message(f"fine-tuning from {self.init_from}: its weights, a fresh "
+                                  f"optimizer and schedule")
         if self.start_step:
             self.progress.message(f"resumed from {self.saver.latest} at step "
                                   f"{self.start_step:,} ({self.clock.elapsed() / 60:.1f} min "
@@ -214,7 +253,7 @@ class TrainingRun:
             ended_by="budget" if step < self.settings.steps else "steps",
             budget_minutes=self.settings.max_minutes or None,
             planned_steps=self.recipe.steps, warmup_steps=self.recipe.warmup_steps,
-            learning_rate_scale=self.recipe.learning_rate_scale)
+            learning_rate_scale=self.recipe.learning_rate_scale, init_from=self.init_from)
 
     def _plan(self, step: int, seconds_per_update: float) -> None:
         """Compresses the recipe to the steps that fit the budget (the same on every worker)."""

@@ -7,7 +7,7 @@ import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 from keras_transformer.tokenizer import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer,
-                                         train_sentencepiece, vocabulary)
+                                         model_type, train_sentencepiece, vocabulary)
 
 SENTENCES = [f"The {w} number {i} walks into the garden, and {w}s sing." for i in range(60)
              for w in ("cat", "dog", "bird")] + \
@@ -38,9 +38,10 @@ def test_training_is_deterministic_with_fixed_special_ids(corpus, model_proto):
     assert pieces[4] == ("<0x00>", 0.0)  # byte fallback
 
 
-def test_unigram_trains_too(corpus):
+def test_unigram_trains_too(corpus, model_proto):
     unigram = train_sentencepiece([corpus], vocab_size=350, model_type="unigram")
     assert Tokenizer(unigram).vocab_size <= 350
+    assert (model_type(unigram), model_type(model_proto)) == ("unigram", "bpe")
     with pytest.raises(ValueError, match="model_type"):
         train_sentencepiece([corpus], vocab_size=350, model_type="word")
 

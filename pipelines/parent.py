@@ -1,0 +1,127 @@
+"""A fine-tuning run's parent (`train.init_from`): the checkpoint the run starts from and the
+vocabulary it keeps, found and checked before any work.
+
+`init_from` names a run directory (its averaged checkpoint, else its latest training one) or a
+checkpoint prefix inside a run directory (`runs/NAME/checkpoints/ckpt-STEP`). The parent must be
+complete, trained with its run's vocabulary, and of the architecture that the child's `model`
+section describes; `prepare` copies the parent's SentencePiece model and `train` refuses data
+prepared with another. The child records its parent beside its checkpoints
+(checkpoints/parent.json), so that its resumptions and its train summary name it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from keras_transformer.tokenizer import PAD_ID
+from pipelines import InputError
+from pipelines.checkpoints import (check_complete, check_recorded_architecture,
+                                   check_vocabulary, default_checkpoint, file_sha256)
+from pipelines.config import PipelineConfig
+from pipelines.files import atomic_open
+from pipelines.models import run_tokenizer
+from pipelines.paths import RunPaths
+
+FIELD = "train.init_from"
+
+
+@dataclasses.dataclass(frozen=True)
+class Parent:
+    """The weights a fine-tuning run starts from and the vocabulary they were trained with."""
+
+    checkpoint: str  # a checkpoint prefix
+    spm_model: Path
+
+
+def find_parent(config: PipelineConfig) -> Parent | None:
+    """The parent that `train.init_from` names, checked; None when the run is not a
+    fine-tuning.
+
+    Raises:
+        InputError: `train.init_from: ...` naming the path and the problem: no run directory
+            or checkpoint there, no checkpoint in the run, an incomplete checkpoint, one trained
+            with another vocabulary than its run's, or another architecture than the `model`
+            section's (naming the fields and their values).
+    """
+    init_from = config.train.init_from
+    if init_from is None:
+        return None
+    path = Path(init_from)
+    try:
+        root = _run_root(path)
+        if root is None:
+            raise InputError(_why_no_run(path))
+        if root.resolve() == config.run_path.resolve():
+            raise InputError(f"{path}: this run itself; name the run to fine-tune from")
+        checkpoint = default_checkpoint(RunPaths(root)) if path.is_dir() else str(path)
+        paths = RunPaths(root)
+        check_complete(checkpoint)
+        check_vocabulary(paths)
+        vocab_size = run_tokenizer(paths).vocab_size
+        check_recorded_architecture(
+            checkpoint, config.model.model_config(vocab_size=vocab_size, pad_id=PAD_ID),
+            "a fine-tuning run keeps its parent's architecture: set the `model` section to it")
+    except InputError as error:
+        raise InputError(f"{FIELD}: {error}") from None
+    return Parent(checkpoint, paths.spm_model)
+
+
+def parent_vocabulary(config: PipelineConfig) -> Path | None:
+    """The parent's SentencePiece model that `prepare` copies, if `train.init_from` names a
+    run or a checkpoint in one (None otherwise: `find_parent` says why)."""
+    root = _run_root(Path(config.train.init_from)) if config.train.init_from else None
+    return RunPaths(root).spm_model if root else None
+
+
+def _run_root(path: Path) -> Path | None:
+    """The run directory `path` names: itself, or the nearest directory above a checkpoint
+    prefix that holds a vocabulary; None if there is none."""
+    if path.is_dir():
+        candidates = [path]
+    elif Path(f"{path}.index").is_file():
+        candidates = list(path.parents)
+    else:
+        return None
+    return next((directory for directory in candidates
+                 if RunPaths(directory).spm_model.is_file()), None)
+
+
+def _why_no_run(path: Path) -> str:
+    """Why `path` names no parent run."""
+    if path.is_dir():
+        return f"{path}: not a run directory (it has no vocab/spm.model)"
+    if Path(f"{path}.index").is_file():
+        return (f"{path}: no run directory above this checkpoint holds its vocabulary "
+                f"(vocab/spm.model); name the parent's run directory")
+    return (f"{path}: no such run directory or checkpoint (a checkpoint prefix has a file "
+            f"PREFIX.index)")
+
+
+def check_parent_vocabulary(parent: Parent, paths: RunPaths) -> None:
+    """Refuses a fine-tuning run whose data was prepared with another vocabulary than its
+    parent's (prepared before `init_from` was set, or the parent's prepared again since).
+
+    Raises:
+        InputError: naming both SentencePiece models.
+    """
+    if file_sha256(paths.spm_model) != file_sha256(parent.spm_model):
+        raise InputError(f"{FIELD}: {paths.spm_model} is not the parent's vocabulary "
+                         f"({parent.spm_model}): run `keras-transformer prepare` again, which "
+                         f"copies the parent's")
+
+
+def record_parent(paths: RunPaths, parent: Parent) -> None:
+    """Records, beside the run's checkpoints, the checkpoint the run started from."""
+    paths.checkpoints.mkdir(parents=True, exist_ok=True)
+    with atomic_open(paths.checkpoint_parent, "w") as file:
+        json.dump({"init_from": str(Path(parent.checkpoint).resolve())}, file)
+        file.write("\n")
+
+
+def recorded_parent(paths: RunPaths) -> str | None:
+    """The checkpoint the run's checkpoints were fine-tuned from, None for a run from scratch."""
+    try:
+        return json.loads(paths.checkpoint_parent.read_text())["init_from"]
+    except FileNotFoundError:
+        return None

@@ -1,7 +1,8 @@
 """Decoding speed and BLEU of the exports on a run's test split, beam search as exported:
 sentences/s, target tokens/s and BLEU of the SavedModel (TensorFlow; `tf-bfloat16`, on
 request: one built in mixed_bfloat16), model.onnx and model_int8.onnx (ONNX Runtime) and
-CTranslate2 float32 and int8 on the same weights, at batch sizes 1 and 32, then decode time against output length (batch 1: the cache makes it linear).
+CTranslate2 float32 and int8 on the same weights, at batch sizes 1 and 32, then decode time
+against output length (batch 1: the cache makes it linear).
 
     .venv/bin/python bench/decode_speed.py [CONFIG] [--sentences N] [--threads N]
                                            [--batch-sizes 1,32] [--runtimes tf,onnx,...]
@@ -252,8 +253,8 @@ def main() -> int:
     parser.add_argument("--sentences", type=int, default=200, help="test sentences decoded")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch-sizes", default="1,32", help="comma-separated")
-    parser.add_argument("--runtimes", default=",".join(DEFAULT_RUNTIMES), help="comma-separated, of "
-                        f"{', '.join(RUNTIMES)}")
+    parser.add_argument("--runtimes", default=",".join(DEFAULT_RUNTIMES),
+                        help=f"comma-separated, of {', '.join(RUNTIMES)}")
     parser.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)

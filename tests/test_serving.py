@@ -186,6 +186,9 @@ def test_the_prefix_signature_forces_each_translation_to_begin_with_its_prefix(s
     assert all(text.startswith(prefix) for text, prefix in zip(forced, prefixes))
     assert forced[0] != best[0] and (forced[1], scores[1]) == (best[1], best_scores[1])
     assert forced[4:] == best[4:]
+    long_prefix = " ".join(["stone"] * 60)  # more pieces than "bird" may have (length + 50)
+    (cut,), _ = prefix_request(server, ["bird"], [long_prefix])
+    assert cut and long_prefix.startswith(cut) and len(cut) < len(long_prefix)
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="text and prefix need the same batch size"):
         prefix_request(server, lines, prefixes[:2])

@@ -36,7 +36,7 @@ from onnx import TensorProto
 from tf2onnx import constants, optimizer, tf_loader, utils
 from tf2onnx.handler import tf_op
 
-from export.onnx_graph import hoist_loop_invariants, quantize_int8
+from export.onnx_graph import hoist_loop_invariants, quantize_int8, sink_initializers
 from export.onnx_runtime import INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, TRANSLATOR_FILE
 from export.translator import Translator
 
@@ -98,5 +98,6 @@ def convert(function: tf.types.experimental.PolymorphicFunction, metadata: dict[
                                                                         outputs),
             optimizers=OPTIMIZERS)
     hoist_loop_invariants(model)
+    sink_initializers(model)
     onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})
     return model

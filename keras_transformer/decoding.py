@@ -32,14 +32,18 @@ finished only from among the beam_size best extensions. Beam size 1 is greedy se
 tensor2tensor and OpenNMT), its score length-penalised like a beam's. A sentence stops when
 its finished set is full and its best alive log-probability divided by the penalty at its
 maximum length (a bound on anything the alive set can still reach for alpha >= 0) cannot beat
-its worst finished score, or when it reaches its maximum length; the loop stops when every
-sentence has. Beam search is exact when beam_size covers every extension at every step.
+its worst finished score, or when it reaches its maximum length. A sentence that stops leaves
+the search: an inner loop steps the active sentences until one is done, then its final beams
+are written into the output and every tensor of the others (the cache too) is gathered to
+the rows that remain, so a long sentence no longer keeps its batch's finished ones computing;
+an outer loop repeats this until no sentence is active. Beam search is exact when beam_size covers every extension at every step.
 A finished slot that was never filled holds score NEG_INF; a sentence whose finished set is
 empty (a maximum length of 0) returns its alive hypotheses.
 
-Graph ops: While, TopKV2 on float32, GatherV2 on flat batch * beam indices, ConcatV2, Tile,
-Reshape, Pad, SelectV2, ArgMax (greedy), LogSoftmax, Pow and reductions; no TensorArray, no
-gather_nd, no batch_dims. Every loop variable but the step has unknown dimensions except
+Graph ops: While (nested in beam search), TopKV2 on float32, GatherV2 on flat batch * beam
+indices, ConcatV2, Tile, Reshape, Pad, SelectV2, Where and TensorScatterUpdate (retiring
+sentences), ArgMax (greedy), LogSoftmax, Pow and reductions; no TensorArray, no gather_nd,
+no batch_dims. Every loop variable but the step has unknown dimensions except
 beam, so the cache may grow and batch and source length may be unknown. A cache tensor that
 the scoring function returns unchanged (the same tensor object: encoder-decoder keys/values,
 the memory mask) keeps the tiled value of every beam of its sentence, so reordering beams
@@ -75,6 +79,16 @@ class BeamState(NamedTuple):
     finished_seq: tf.Tensor     # int32 [batch, beam, step + 1]
     finished_scores: tf.Tensor  # float32 [batch, beam], best first, NEG_INF where empty
     cache: Cache                # [batch * beam, ...], row b * beam + k follows alive beam k
+
+
+class SearchState(NamedTuple):
+    """Beam search over the sentences still active (`beams`: batch = active there) and the
+    final beams of the sentences already done (`output_*`, rows of the whole batch)."""
+    beams: BeamState
+    sentence: tf.Tensor       # int32 [active]: each active sentence's row in the batch
+    max_lengths: tf.Tensor    # int32 [active]
+    output_seq: tf.Tensor     # int32 [batch, beam, width], starting with BOS; PAD after
+    output_scores: tf.Tensor  # float32 [batch, beam]
 
 
 def length_penalty(length: tf.Tensor | int, alpha: float) -> tf.Tensor:
@@ -152,31 +166,72 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
         return ids[:, None], (log_probs / length_penalty(lengths, alpha))[:, None]
     batch = tf.shape(max_lengths)[0]
     first_beam_only = tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)])  # [1, beam]
-    state = BeamState(
+    beams = BeamState(
         step=tf.constant(0),
         alive_seq=tf.fill([batch, beam_size, 1], bos_id),
         alive_log_probs=tf.tile(first_beam_only, [batch, 1]),
         finished_seq=tf.fill([batch, beam_size, 1], pad_id),
         finished_scores=tf.fill([batch, beam_size], NEG_INF),
         cache=tf.nest.map_structure(lambda t: _tile_beams(t, beam_size), initial_cache))
-    beams = tf.TensorShape([None, beam_size])
-    seqs = tf.TensorShape([None, beam_size, None])
-    invariants = BeamState(tf.TensorShape([]), seqs, beams, seqs, beams,
-                           _cache_invariants(initial_cache))
+    state = _retire(SearchState(beams=beams, sentence=tf.range(batch), max_lengths=max_lengths,
+                                output_seq=tf.fill([batch, beam_size, 1], pad_id),
+                                output_scores=tf.zeros([batch, beam_size])),
+                    beam_size=beam_size, alpha=alpha, pad_id=pad_id)  # maximum length 0
+    beams_shape = tf.TensorShape([None, beam_size])
+    seqs_shape = tf.TensorShape([None, beam_size, None])
+    beam_invariants = BeamState(tf.TensorShape([]), seqs_shape, beams_shape, seqs_shape,
+                                beams_shape, _cache_invariants(initial_cache))
+    invariants = SearchState(beam_invariants, tf.TensorShape([None]), tf.TensorShape([None]),
+                             seqs_shape, beams_shape)
 
-    def cond(state: BeamState) -> tf.Tensor:
-        return ~tf.reduce_all(_beam_done(state, max_lengths, alpha))
+    def steps_until_one_is_done(state: SearchState) -> tuple[SearchState]:
+        def none_done(beams: BeamState) -> tf.Tensor:
+            return ~tf.reduce_any(_beam_done(beams, state.max_lengths, alpha))
 
-    def body(state: BeamState) -> tuple[BeamState]:
-        return (_beam_step(state, symbols_to_logits_fn, max_lengths, beam_size=beam_size,
-                           eos_id=eos_id, alpha=alpha, pad_id=pad_id),)
+        def step(beams: BeamState) -> tuple[BeamState]:
+            return (_beam_step(beams, symbols_to_logits_fn, state.max_lengths,
+                               beam_size=beam_size, eos_id=eos_id, alpha=alpha, pad_id=pad_id),)
 
-    (state,) = tf.while_loop(cond, body, (state,), shape_invariants=(invariants,))
-    has_finished = state.finished_scores[:, 0] > NEG_INF / 2  # [batch]
-    alive_scores = state.alive_log_probs / length_penalty(state.step, alpha)  # [batch, beam]
-    seq = tf.where(has_finished[:, None, None], state.finished_seq, state.alive_seq)
-    scores = tf.where(has_finished[:, None], state.finished_scores, alive_scores)
-    return seq[:, :, 1:], scores
+        (beams,) = tf.while_loop(none_done, step, (state.beams,),
+                                 shape_invariants=(beam_invariants,))
+        return (_retire(state._replace(beams=beams), beam_size=beam_size, alpha=alpha,
+                        pad_id=pad_id),)
+
+    (state,) = tf.while_loop(lambda state: tf.size(state.sentence) > 0, steps_until_one_is_done,
+                             (state,), shape_invariants=(invariants,))
+    return state.output_seq[:, :, 1:], state.output_scores
+
+
+def _retire(state: SearchState, *, beam_size: int, alpha: float, pad_id: int) -> SearchState:
+    """Writes the final beams of the sentences that are done into the output and drops them
+    from the search: every tensor of the active sentences (their cache too) is gathered."""
+    beams = state.beams
+    done = _beam_done(beams, state.max_lengths, alpha)  # [active]
+    has_finished = beams.finished_scores[:, 0] > NEG_INF / 2  # [active]
+    alive_scores = beams.alive_log_probs / length_penalty(beams.step, alpha)  # [active, beam]
+    seq = tf.where(has_finished[:, None, None], beams.finished_seq,
+                   beams.alive_seq)  # [active, beam, step + 1]
+    scores = tf.where(has_finished[:, None], beams.finished_scores, alive_scores)
+    width = tf.shape(seq)[2] - tf.shape(state.output_seq)[2]
+    output_seq = tf.pad(state.output_seq, [[0, 0], [0, 0], [0, width]],
+                        constant_values=pad_id)  # [batch, beam, step + 1]
+    retired = tf.where(done)[:, 0]  # int64 [retired]
+    rows = tf.gather(state.sentence, retired)[:, None]  # [retired, 1]: rows of the batch
+    keep = tf.cast(tf.where(~done)[:, 0], tf.int32)  # [active']
+    keep_rows = tf.reshape(keep[:, None] * beam_size + tf.range(beam_size), [-1])
+    return SearchState(
+        beams=BeamState(
+            step=beams.step,
+            alive_seq=tf.gather(beams.alive_seq, keep),
+            alive_log_probs=tf.gather(beams.alive_log_probs, keep),
+            finished_seq=tf.gather(beams.finished_seq, keep),
+            finished_scores=tf.gather(beams.finished_scores, keep),
+            cache=tf.nest.map_structure(lambda t: tf.gather(t, keep_rows), beams.cache)),
+        sentence=tf.gather(state.sentence, keep),
+        max_lengths=tf.gather(state.max_lengths, keep),
+        output_seq=tf.tensor_scatter_nd_update(output_seq, rows, tf.gather(seq, retired)),
+        output_scores=tf.tensor_scatter_nd_update(state.output_scores, rows,
+                                                  tf.gather(scores, retired)))
 
 
 def _output_lengths(ids: tf.Tensor, max_lengths: tf.Tensor, eos_id: int) -> tf.Tensor:

@@ -166,10 +166,12 @@ class Transformer(keras.Model):
             cache[f"layer_{i}"] = layer.init_cache(memory)
         return cache
 
-    def decode_step(self, ids: tf.Tensor, step: tf.Tensor | int,
-                    cache: Cache) -> tuple[tf.Tensor, Cache]:
+    def decode_step(self, ids: tf.Tensor, step: tf.Tensor | int, cache: Cache,
+                    output_kernel: tf.Tensor | None = None) -> tuple[tf.Tensor, Cache]:
         """Decodes position `step` given its input token ids [batch]: returns float32 logits
-        [batch, vocab] for the next token and the cache extended by one position."""
+        [batch, vocab] for the next token and the cache extended by one position.
+        `output_kernel`: `embedding.output_kernel()`, computed once before a decoding loop
+        (else the embedding is transposed at every step)."""
         x = self.target_positions(self.embedding(ids[:, None]), start=step)  # [b, 1, d]
         new_cache: Cache = {"memory_mask": cache["memory_mask"]}
         for i, layer in enumerate(self.decoder_layers):
@@ -177,7 +179,7 @@ class Transformer(keras.Model):
                                                      cache["memory_mask"])
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.embedding.logits(x)[:, 0], new_cache  # [b, vocab] float32
+        return self.embedding.logits(x, output_kernel)[:, 0], new_cache  # [b, vocab] float32
 
     def get_config(self) -> dict:
         return {"name": self.name, "trainable": self.trainable,

@@ -93,9 +93,12 @@ def _scoring(model: Transformer):
     """The model's next-token logits for beam search. With PREFIX_KEY [n, prefix + 1] in the
     cache, a row whose prefix has a piece at output position `step` gets every other token's
     logit lowered by 1e9; the prefix tensor is returned unchanged, so beam search tiles it and
-    never reorders it (every beam of a sentence has the same prefix)."""
+    never reorders it (every beam of a sentence has the same prefix). The output projection
+    is transposed here, once, not at every step."""
+    output_kernel = model.embedding.output_kernel()  # [d_model, vocab]
+
     def scoring(ids: tf.Tensor, step: tf.Tensor, cache: dict) -> tuple[tf.Tensor, dict]:
-        logits, new_cache = model.decode_step(ids[:, -1], step, cache)  # [n, vocab]
+        logits, new_cache = model.decode_step(ids[:, -1], step, cache, output_kernel)
         if PREFIX_KEY not in cache:
             return logits, new_cache
         prefix = cache[PREFIX_KEY]  # [n, prefix + 1]

@@ -196,3 +196,19 @@ def test_in_tf_function_with_unknown_batch_and_source_length():
                                                eos_id=EOS, **kwargs)
             np.testing.assert_array_equal(graph_ids.numpy(), eager_ids.numpy())
             np.testing.assert_allclose(graph_scores.numpy(), eager_scores.numpy(), rtol=1e-6)
+
+
+def test_sentences_that_are_done_leave_the_search():
+    table = PrefixTable(6, vocab=6, eos_boost=-3.0)  # EOS unlikely: each runs to its maximum
+    cache = make_cache(6, batch=3, src_len=4)
+    rows_per_step = []
+
+    def counting(ids: tf.Tensor, step: tf.Tensor, cache: dict) -> tuple[tf.Tensor, dict]:
+        rows_per_step.append(int(ids.shape[0]))  # eager: the loop body runs in Python
+        return table.from_cache(ids, step, cache)
+
+    ids, scores = beam_search(counting, cache, tf.constant([4, 1, 7]), beam_size=3, bos_id=BOS,
+                              eos_id=EOS, pad_id=-1)
+    assert rows_per_step == [9, 6, 6, 6, 3, 3, 3]  # 3 sentences, then 2 after step 1, then 1
+    assert ids.shape == (3, 3, 7) and np.all(scores.numpy() > NEG_INF / 2)
+    assert [max(len(hyp) for hyp in hypotheses(ids.numpy()[b])) for b in range(3)] == [4, 1, 7]

@@ -65,18 +65,26 @@ def test_metadata_and_an_empty_batch(onnx_dir):
     assert translator.translate([])["translation"] == []
 
 
-def test_loop_invariants_are_read_from_outside_and_int8_weights_decode(onnx_dir,
-                                                                       keras_reference):
+def test_loop_invariants_hoisted_weights_sunk_and_int8_weights_decode(onnx_dir,
+                                                                      keras_reference):
     from export.onnx_runtime import INT8_MODEL_FILE
 
-    def loop_body(path) -> onnx.GraphProto:
-        loop = next(n for n in onnx.load(str(path)).graph.node if n.op_type == "Loop")
-        return next(attribute.g for attribute in loop.attribute if attribute.name == "body")
+    def loop_bodies(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+        """The bodies of the Loops in `graph` and in those bodies."""
+        bodies = [attribute.g for node in graph.node if node.op_type == "Loop"
+                  for attribute in node.attribute if attribute.name == "body"]
+        return bodies + [inner for body in bodies for inner in loop_bodies(body)]
 
-    body = loop_body(onnx_dir / "model.onnx")  # no value passes through the loop unchanged
-    assert all(i.name != o.name for i, o in zip(body.input[2:], body.output[1:]))
-    int8_body = loop_body(onnx_dir / INT8_MODEL_FILE)
-    assert sum(node.op_type == "MatMulInteger" for node in int8_body.node) >= 8  # 2 layers
+    bodies = loop_bodies(onnx.load(str(onnx_dir / "model.onnx")).graph)
+    assert len(bodies) == 2  # the sentences' loop and, inside it, the steps' loop
+    for body in bodies:  # no value passes through a loop unchanged
+        assert all(i.name != o.name for i, o in zip(body.input[2:], body.output[1:]))
+    own_weights = {initializer.name for initializer in bodies[1].initializer
+                   if len(initializer.dims) == 2}  # the steps' loop holds the decoder's weights
+    assert sum(node.op_type == "MatMul" and node.input[1] in own_weights
+               for node in bodies[1].node) >= 8  # 2 layers
+    int8_bodies = loop_bodies(onnx.load(str(onnx_dir / INT8_MODEL_FILE)).graph)
+    assert sum(node.op_type == "MatMulInteger" for node in int8_bodies[1].node) >= 8  # 2 layers
     int8 = OnnxTranslator(onnx_dir, ids_model=INT8_MODEL_FILE).translate_ids(
         keras_reference["source_ids"])["target_ids"]
     reference = keras_reference["target_ids"]

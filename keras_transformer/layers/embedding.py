@@ -37,10 +37,17 @@ class SharedEmbedding(keras.layers.Layer):
         table = tf.cast(self.embeddings, self.compute_dtype)
         return tf.gather(table, ids) * tf.cast(self.d_model ** 0.5, self.compute_dtype)
 
-    def logits(self, hidden: tf.Tensor) -> tf.Tensor:
-        """Pre-softmax projection with the transposed embedding matrix, in float32."""
+    def logits(self, hidden: tf.Tensor, kernel: tf.Tensor | None = None) -> tf.Tensor:
+        """Pre-softmax projection with the transposed embedding matrix, in float32; `kernel`:
+        that matrix as `output_kernel` gave it (a decoding loop transposes it once, before)."""
+        if kernel is not None:
+            return tf.cast(tf.matmul(hidden, kernel), tf.float32)
         table = tf.cast(self.embeddings, hidden.dtype)
         return tf.cast(tf.matmul(hidden, table, transpose_b=True), tf.float32)
+
+    def output_kernel(self) -> tf.Tensor:
+        """The transposed embedding matrix [d_model, vocab] in the compute dtype."""
+        return tf.transpose(tf.cast(self.embeddings, self.compute_dtype))
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.d_model)

@@ -171,7 +171,8 @@ def _export_random(config, directory: Path) -> tuple[Path, Path]:
     model = build_model(config, Tokenizer(model_proto).vocab_size, "float32")
     settings = config.evaluate
     translator = Translator(model, model_proto, beam_size=settings.beam_size,
-                            alpha=settings.alpha, max_source_length=config.data.max_length,
+                            alpha=settings.alpha, stop=settings.stop,
+                            max_source_length=config.data.max_length,
                             extra_length=settings.extra_length)
     export_onnx(translator, directory / "onnx")
     return export_saved_model(translator, directory / "saved_model"), directory / "onnx"

@@ -138,12 +138,14 @@ class SavedModelTranslator:
 
     def rebuild(self, **settings: Any) -> Translator:
         """An in-process Translator with this version's weights and tokenizer, and decoding
-        settings (beam_size, alpha, max_source_length, extra_length) overridden."""
+        settings (beam_size, alpha, stop, max_source_length, extra_length) overridden (an
+        export older than `stop` used tensor2tensor's "bound")."""
         model = Transformer(ModelConfig(**self.metadata["model"]))
         model.build()
         for variable, saved in zip(model.variables, self.loaded.model_variables, strict=True):
             variable.assign(saved)
-        defaults = {key: self.metadata[key]
-                    for key in ("beam_size", "alpha", "max_source_length", "extra_length")}
+        defaults = {"stop": "bound", **{
+            key: self.metadata[key] for key in ("beam_size", "alpha", "stop", "max_source_length",
+                                                "extra_length") if key in self.metadata}}
         spm_model_proto = (self.version_dir / "assets.extra" / SPM_FILE).read_bytes()
         return Translator(model, spm_model_proto, **{**defaults, **settings})

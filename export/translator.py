@@ -50,10 +50,11 @@ import tensorflow as tf
 
 from export.lines import translate_in_batches
 from export.text import encode_text
+from keras_transformer.decoding import STOP_RULES
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from keras_transformer.translate import (ALPHA, BEAM_SIZE, EXTRA_LENGTH, decode_hypotheses,
-                                         source_length_limit)
+from keras_transformer.translate import (ALPHA, BEAM_SIZE, EXTRA_LENGTH, STOP,
+                                         decode_hypotheses, source_length_limit)
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PREFIX_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
@@ -79,16 +80,21 @@ class Translator(tf.Module):
         max_source_length: source tokens kept, EOS included (default and at most the
             model's max_length).
         extra_length: output tokens allowed beyond the source length.
+        stop: when a sentence's beam search ends (`keras_transformer.decoding.STOP_RULES`).
     """
 
     def __init__(self, model: Transformer, spm_model_proto: bytes, *, beam_size: int = BEAM_SIZE,
                  alpha: float = ALPHA, max_source_length: int | None = None,
-                 extra_length: int = EXTRA_LENGTH, name: str = "translator") -> None:
+                 extra_length: int = EXTRA_LENGTH, stop: str = STOP,
+                 name: str = "translator") -> None:
         super().__init__(name=name)
         if beam_size < 1 or alpha < 0 or extra_length < 0:
             raise ValueError(f"need beam_size >= 1, alpha >= 0, extra_length >= 0; got "
                              f"{beam_size}, {alpha}, {extra_length}")
+        if stop not in STOP_RULES:
+            raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}; got {stop!r}")
         self.beam_size, self.alpha, self.extra_length = beam_size, alpha, extra_length
+        self.stop = stop
         self.max_source_length = source_length_limit(model, max_source_length)
         self.spm_model_proto = spm_model_proto
         self.model_variables = [variable.value for variable in model.variables]  # tf.Variable
@@ -100,7 +106,7 @@ class Translator(tf.Module):
 
     def metadata(self) -> dict[str, Any]:
         """The decoding settings and the model config, as exports record them."""
-        return {"beam_size": self.beam_size, "alpha": self.alpha,
+        return {"beam_size": self.beam_size, "alpha": self.alpha, "stop": self.stop,
                 "max_source_length": self.max_source_length, "extra_length": self.extra_length,
                 "model": self.model.model_config.to_dict()}
 
@@ -165,7 +171,8 @@ class Translator(tf.Module):
         -> the n-best lists (target ids [batch, beam, time], scores [batch, beam])."""
         return decode_hypotheses(self.model, source_ids, beam_size=self.beam_size,
                                  alpha=self.alpha, max_source_length=self.max_source_length,
-                                 extra_length=self.extra_length, prefix_ids=prefix_ids)
+                                 extra_length=self.extra_length, prefix_ids=prefix_ids,
+                                 stop=self.stop)
 
     def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""

@@ -1,7 +1,8 @@
 """Source ids -> target ids with a Transformer: the paper's decoding (section 6.1) and its limits.
 
     decode_sources(model, source_ids, *, beam_size=1, alpha=0.6, max_source_length=None,
-                   extra_length=50) -> target_ids int32 [batch, time], score float32 [batch]
+                   extra_length=50, stop="full")
+        -> target_ids int32 [batch, time], score float32 [batch]
     decode_hypotheses(...) -> the n-best lists: ids int32 [batch, beam, time],
                               scores float32 [batch, beam], best first
 
@@ -24,6 +25,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 BEAM_SIZE, ALPHA, EXTRA_LENGTH = 4, 0.6, 50  # section 6.1: output length <= input length + 50
+STOP = "full"  # a sentence's search ends when its beam has beam_size finished hypotheses
 PREFIX_KEY = "prefix_ids"  # the forced target prefix, carried in the decoding cache
 
 
@@ -36,7 +38,8 @@ def source_length_limit(model: Transformer, max_source_length: int | None = None
 
 def decode_sources(model: Transformer, source_ids: tf.Tensor, *, beam_size: int = 1,
                    alpha: float = ALPHA, max_source_length: int | None = None,
-                   extra_length: int = EXTRA_LENGTH) -> tuple[tf.Tensor, tf.Tensor]:
+                   extra_length: int = EXTRA_LENGTH,
+                   stop: str = STOP) -> tuple[tf.Tensor, tf.Tensor]:
     """The best translation of each source, greedy (beam_size 1) or by beam search; eager or
     graph code.
 
@@ -47,6 +50,7 @@ def decode_sources(model: Transformer, source_ids: tf.Tensor, *, beam_size: int 
         alpha: the length penalty exponent, >= 0.
         max_source_length: source tokens kept (`source_length_limit`).
         extra_length: output tokens allowed beyond the source length.
+        stop: when a sentence's beam search ends (`decoding.STOP_RULES`).
 
     Returns:
         target ids int32 [batch, time]: the best hypothesis without BOS, EOS included where it
@@ -56,14 +60,14 @@ def decode_sources(model: Transformer, source_ids: tf.Tensor, *, beam_size: int 
     """
     ids, scores = decode_hypotheses(model, source_ids, beam_size=beam_size, alpha=alpha,
                                     max_source_length=max_source_length,
-                                    extra_length=extra_length)
+                                    extra_length=extra_length, stop=stop)
     return ids[:, 0], scores[:, 0]
 
 
 def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, *, beam_size: int = 1,
                       alpha: float = ALPHA, max_source_length: int | None = None,
-                      extra_length: int = EXTRA_LENGTH, prefix_ids: tf.Tensor | None = None
-                      ) -> tuple[tf.Tensor, tf.Tensor]:
+                      extra_length: int = EXTRA_LENGTH, prefix_ids: tf.Tensor | None = None,
+                      stop: str = STOP) -> tuple[tf.Tensor, tf.Tensor]:
     """Like `decode_sources`, but every hypothesis of the final beam, best first (the n-best
     list): target ids int32 [batch, beam, time] and scores float32 [batch, beam].
 
@@ -85,7 +89,7 @@ def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, *, beam_size: i
         cache[PREFIX_KEY] = tf.pad(tf.cast(prefix_ids, tf.int32), [[0, 0], [0, 1]])  # PAD last
     ids, scores = beam_search(_scoring(model), cache, max_lengths, beam_size=beam_size,
                               bos_id=BOS_ID, eos_id=EOS_ID, alpha=alpha,
-                              pad_id=PAD_ID)  # [batch, beam, time], [batch, beam]
+                              pad_id=PAD_ID, stop=stop)  # [batch, beam, time], [batch, beam]
     return tf.where(empty[:, None, None], PAD_ID, ids), tf.where(empty[:, None], 0.0, scores)
 
 

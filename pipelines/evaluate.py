@@ -30,6 +30,7 @@ class EvaluationReport:
     chrf_signature: str
     beam_size: int
     alpha: float
+    stop: str
     seconds: float
     hypotheses: str
     references: str
@@ -82,7 +83,7 @@ def evaluate(config: PipelineConfig, checkpoint: str | None = None,
     report = EvaluationReport(
         split=split, checkpoint=str(checkpoint), sentences=len(sources),
         **corpus_scores(hypotheses, references), beam_size=settings.beam_size,
-        alpha=settings.alpha, seconds=seconds, hypotheses=str(hypotheses_path),
+        alpha=settings.alpha, stop=settings.stop, seconds=seconds, hypotheses=str(hypotheses_path),
         references=str(reference_path))
     with atomic_open(paths.scores(split), "w") as file:
         json.dump(dataclasses.asdict(report), file, indent=2)

@@ -71,6 +71,6 @@ def run_translator(config: PipelineConfig, model: Transformer) -> Translator:
     sources cut to data.max_length tokens."""
     settings = config.evaluate
     return Translator(model, RunPaths(config.run_path).spm_model.read_bytes(),
-                      beam_size=settings.beam_size, alpha=settings.alpha,
+                      beam_size=settings.beam_size, alpha=settings.alpha, stop=settings.stop,
                       max_source_length=config.data.max_length,
                       extra_length=settings.extra_length)

@@ -140,7 +140,8 @@ STAGES = (
           lambda c, p: [p.averaged_index, p.spm_model] + [
               path for split in c.evaluate.splits for path in p.split(split)],
           lambda c, p: [p.scores(split) for split in c.evaluate.splits], _evaluate),
-    Stage("export", ("model", "evaluate.beam_size", "evaluate.alpha", "evaluate.extra_length",
+    Stage("export", ("model", "evaluate.beam_size", "evaluate.alpha", "evaluate.stop",
+                     "evaluate.extra_length",
                      "data.max_length", "export"),
           lambda c, p: [p.averaged_index, p.spm_model], _exported, _export),
 )

@@ -70,6 +70,8 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
     ("data:\n  vocab_size: 8000\n", 2, "data.source", "missing required key"),
     ("data: [1, 2]\n", 2, "data", "expected a mapping"),
     (MODEL + "  preset: huge\n", 4, "model.preset", "'huge'"),
+    ("data: {source: bible:en-fr}\nevaluate:\n  stop: never\n", 4, "evaluate.stop",
+     "expected one of full, bound, got 'never'"),
     (MODEL + "  preset: tiny\n  num_heads: 0\n", 5, "model.num_heads", "must be positive, got 0"),
     (MODEL + "  num_heads: 2.5\n", 4, "model.num_heads", "expected int, got 2.5"),
     (MODEL + "  dropout: 1.5\n", 4, "model.dropout", "[0, 1), got 1.5"),

@@ -87,11 +87,13 @@ def test_wide_beam_search_is_exact(vocab, max_len, alpha, seed):
     cache = make_cache(vocab, batch=1, seed=seed)
     expected = brute_force(table, cache["bias"].numpy()[0], max_len, alpha)
     # A beam as wide as the number of outputs holds every extension at every step.
-    ids, scores = beam_search(table.from_ids, cache, tf.constant([max_len]),
-                              beam_size=len(expected), bos_id=BOS, eos_id=EOS, alpha=alpha,
-                              pad_id=-1)
-    assert hypotheses(ids.numpy()[0]) == [hyp for _, hyp in expected]
-    np.testing.assert_allclose(scores.numpy()[0], [s for s, _ in expected], rtol=1e-5, atol=1e-5)
+    for stop in ("full", "bound"):  # "full": every output has finished
+        ids, scores = beam_search(table.from_ids, cache, tf.constant([max_len]),
+                                  beam_size=len(expected), bos_id=BOS, eos_id=EOS, alpha=alpha,
+                                  pad_id=-1, stop=stop)
+        assert hypotheses(ids.numpy()[0]) == [hyp for _, hyp in expected]
+        np.testing.assert_allclose(scores.numpy()[0], [s for s, _ in expected], rtol=1e-5,
+                                   atol=1e-5)
 
 
 def test_greedy_search_follows_the_argmax():
@@ -212,3 +214,28 @@ def test_sentences_that_are_done_leave_the_search():
     assert rows_per_step == [9, 6, 6, 6, 3, 3, 3]  # 3 sentences, then 2 after step 1, then 1
     assert ids.shape == (3, 3, 7) and np.all(scores.numpy() > NEG_INF / 2)
     assert [max(len(hyp) for hyp in hypotheses(ids.numpy()[b])) for b in range(3)] == [4, 1, 7]
+
+
+def test_stop_full_ends_a_sentence_once_its_beam_has_finished():
+    table = PrefixTable(8, vocab=6, eos_boost=1.0)
+    cache = make_cache(6, batch=4, src_len=3)
+    row_steps, results = {}, {}
+    for stop in ("full", "bound"):
+        rows_per_step = []
+
+        def counting(ids: tf.Tensor, step: tf.Tensor, cache: dict) -> tuple[tf.Tensor, dict]:
+            rows_per_step.append(int(ids.shape[0]))
+            return table.from_cache(ids, step, cache)
+
+        ids, scores = beam_search(counting, cache, tf.constant([20, 20, 20, 20]), beam_size=3,
+                                  bos_id=BOS, eos_id=EOS, alpha=0.6, pad_id=-1, stop=stop)
+        row_steps[stop] = sum(rows_per_step)
+        results[stop] = [hypotheses(ids.numpy()[b]) for b in range(4)], scores.numpy()
+    hyps, scores = results["full"]
+    assert np.all(scores > NEG_INF / 2) and np.all(np.diff(scores, axis=1) <= 0)
+    assert all(hyp[-1] == EOS for sentence in hyps for hyp in sentence)  # none hit 20 tokens
+    assert row_steps["full"] < row_steps["bound"]  # "bound" searches on for better ones
+    assert np.all(results["bound"][1][:, 0] >= scores[:, 0] - 1e-6)  # and may find them
+    with pytest.raises(ValueError, match="stop must be one of full, bound; got 'never'"):
+        beam_search(table.from_ids, cache, tf.constant([3] * 4), beam_size=3, bos_id=BOS,
+                    eos_id=EOS, stop="never")

@@ -34,7 +34,7 @@ reaches its maximum length, or by the `stop` rule: "full" (fairseq's, the defaul
 finished set is full; "bound" (tensor2tensor's) when, moreover, its best alive
 log-probability divided by the penalty at its maximum length (a bound on anything the alive
 set can still reach for alpha >= 0) cannot beat its worst finished score, which no later
-step could then change (on the demo model "bound" decoded 1.6x slower at batch 32, for a
+step could then change (on the demo model "bound" decoded 1.3-1.6x slower at batch 32, for a
 BLEU within 0.01: README, "Decoding speed"). A sentence that stops leaves the search: an
 inner loop steps the active sentences until one is done, then its final beams
 are written into the output and every tensor of the others (the cache too) is gathered to

@@ -230,7 +230,7 @@ class EvaluateConfig:
     beam_size: int = 4
     alpha: float = 0.6
     # When a sentence's search ends: "full" (fairseq's) once beam_size hypotheses have finished;
-    # "bound" (tensor2tensor's) only once no alive one can beat them (1.6x slower on the demo).
+    # "bound" (tensor2tensor's) only once no alive one can beat them (1.3-1.6x slower on the demo).
     stop: Literal["full", "bound"] = "full"  # keras_transformer.decoding.STOP_RULES
     extra_length: int = 50
     batch_size: int = 32  # sentences per decoding batch

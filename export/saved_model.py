@@ -144,8 +144,8 @@ class SavedModelTranslator:
         model.build()
         for variable, saved in zip(model.variables, self.loaded.model_variables, strict=True):
             variable.assign(saved)
-        defaults = {"stop": "bound", **{
-            key: self.metadata[key] for key in ("beam_size", "alpha", "stop", "max_source_length",
-                                                "extra_length") if key in self.metadata}}
+        defaults = {key: self.metadata[key]
+                    for key in ("beam_size", "alpha", "max_source_length", "extra_length")}
+        defaults["stop"] = self.metadata.get("stop", "bound")
         spm_model_proto = (self.version_dir / "assets.extra" / SPM_FILE).read_bytes()
         return Translator(model, spm_model_proto, **{**defaults, **settings})

@@ -80,7 +80,12 @@ def test_warmup_requests_cover_every_signature(saved_model_dir):
 def test_metadata_and_a_rebuild_with_another_beam(saved_model_dir, export_translator):
     metadata = read_metadata(saved_model_dir)
     assert metadata["beam_size"] == 4 and metadata["max_source_length"] == 40
+    assert metadata["stop"] == "full"
+    older = SavedModelTranslator(saved_model_dir)
+    del older.metadata["stop"]  # an export made before the stop rule was recorded
+    assert older.rebuild().stop == "bound"  # the rule it was made with
     greedy = SavedModelTranslator(saved_model_dir).rebuild(beam_size=1)
+    assert greedy.stop == "full"
     expected = Translator(export_translator.model, export_translator.spm_model_proto,
                           beam_size=1, max_source_length=40)
     source = tf.constant(SENTENCES)

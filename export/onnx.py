@@ -9,13 +9,17 @@
                      space, as the TF graph reads it)
     spm.model, translator.json   the tokenizer and the decoding settings
 
-The beam-search tf.while_loop becomes one ONNX Loop, whose loop invariants are then read from
-the outer scope (`export.onnx_graph`: not copied at each step, and quantizable). Opset 17
-(tf2onnx 1.17 supports up to 18). Two deviations from tf2onnx's defaults, both pinned to
-tf2onnx 1.17.0:
+The beam search's nested tf.while_loops become nested ONNX Loops, whose loop invariants are
+then read from outer scopes and whose weights are moved into the body that reads them
+(`export.onnx_graph`). The beam search is converted once: translator.onnx joins the
+tokenizer's graph, model.onnx and the detokenizer's graph (`onnx.compose`). Opset 17 (tf2onnx
+1.17 supports up to 18). Deviations from tf2onnx's defaults, all pinned to tf2onnx 1.17.0:
 * a handler for SentencepieceDetokenizeOp (tf2onnx has none), to onnxruntime-extensions'
   SentencepieceDecoder, which decodes one sequence (`Tokenizer.detokenize` decodes the batch as
   one);
+* only the optimizers that can change these graphs run (`OPTIMIZERS`), and an optimizer that
+  fails fails the export: tf2onnx's default copies the whole graph before each optimizer to
+  skip one that fails, which was most of the conversion time of the nested Loops;
 * its back-to-back optimizer is left out: it merges two Reshapes even when its reshape
   optimizer has written a 0 ("copy the input's dimension") into the second shape, which breaks
   attention's split into heads once a zero bias has been folded away (an untrained model).
@@ -25,25 +29,28 @@ Run the models with `export.onnx_runtime.OnnxTranslator`.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import onnx
 import tensorflow as tf
 import tf2onnx
-from onnx import TensorProto
-from tf2onnx import constants, optimizer, tf_loader, utils
+from onnx import TensorProto, compose
+from tf2onnx import constants, optimizer, tf_loader, tfonnx, utils
 from tf2onnx.handler import tf_op
 
 from export.onnx_graph import hoist_loop_invariants, quantize_int8, sink_initializers
 from export.onnx_runtime import INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, TRANSLATOR_FILE
-from export.translator import Translator
+from export.translator import TEXT_SPEC, Translator
+from keras_transformer.tokenizer import Tokenizer
 
 OPSET = 17
 SPM_FILE = "spm.model"
-OPTIMIZERS = OrderedDict((name, factory) for name, factory in optimizer._get_optimizers().items()
-                         if name != "remove_back_to_back")
+# tf2onnx's optimizers in its order, without back-to-back (see above) and those for ops these
+# graphs never hold (Upsample/Resize, DequantizeLinear, Q/DQ pairs, Einsum).
+OPTIMIZERS = {name: optimizer._get_optimizers()[name] for name in (
+    "optimize_transpose", "fold_constants", "loop_optimizer", "merge_duplication",
+    "reshape_optimizer", "global_pool_optimizer", "remove_identity")}
 
 
 @tf_op("SentencepieceDetokenizeOp", domain=constants.CONTRIB_OPS_DOMAIN)
@@ -73,30 +80,60 @@ def export_onnx(translator: Translator, directory: Path) -> dict[str, Path]:
     paths = {name: directory / name for name in (MODEL_FILE, INT8_MODEL_FILE, TRANSLATOR_FILE,
                                                  SPM_FILE, METADATA_FILE)}
     metadata = translator.metadata()
-    onnx.save(convert(translator.translate_ids, metadata), paths[MODEL_FILE])
+    ids_model = convert(translator.translate_ids, metadata)
+    onnx.save(ids_model, paths[MODEL_FILE])
     quantize_int8(paths[MODEL_FILE], paths[INT8_MODEL_FILE])
-    onnx.save(convert(translator.translate, metadata, text=True), paths[TRANSLATOR_FILE])
+    onnx.save(text_model(translator, ids_model, metadata), paths[TRANSLATOR_FILE])
     paths[SPM_FILE].write_bytes(translator.spm_model_proto)
     paths[METADATA_FILE].write_text(json.dumps(metadata, indent=2) + "\n")
     return paths
 
 
+def text_model(translator: Translator, ids_model: onnx.ModelProto,
+               metadata: dict[str, Any]) -> onnx.ModelProto:
+    """translator.onnx: text [batch] -> translation [batch], score [batch]; the graphs of
+    `translator.encode` and of `Tokenizer.detokenize` joined to `ids_model` (model.onnx), whose
+    `translate_ids` reads the encoded ids as `translate` does."""
+    tokenizer = Tokenizer(translator.spm_model_proto)
+
+    @tf.function(input_signature=[TEXT_SPEC])
+    def encode(text: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"source_ids": translator.encode(text)}  # [batch, time]
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="target_ids")])
+    def detokenize(target_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"translation": tokenizer.detokenize(target_ids)}  # [batch]
+
+    encoder, decoder = convert(encode, metadata, text=True), convert(detokenize, metadata, text=True)
+    encoder = compose.add_prefix(encoder, "encode/", rename_inputs=False,
+                                      rename_outputs=False)
+    decoder = compose.add_prefix(decoder, "detokenize/", rename_inputs=False,
+                                      rename_outputs=False)
+    model = compose.merge_models(encoder, ids_model, io_map=[("source_ids", "source_ids")])
+    model = compose.merge_models(model, decoder, io_map=[("target_ids", "target_ids")])
+    onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})
+    return model
+
+
 def convert(function: tf.types.experimental.PolymorphicFunction, metadata: dict[str, Any],
             text: bool = False) -> onnx.ModelProto:
     """The ONNX model of a tf.function with an input signature (as tf2onnx's from_function,
-    without its back-to-back optimizer and failing on any op it cannot convert)."""
+    with `OPTIMIZERS`, failing on any op it cannot convert or optimize)."""
     concrete = function.get_concrete_function()
     inputs = [t.name for t in concrete.inputs if t.dtype != tf.resource]
     outputs = [t.name for t in concrete.outputs if t.dtype != tf.resource]
     extra_opset = [utils.make_opsetid(constants.CONTRIB_OPS_DOMAIN, 1)] if text else None
     with tf.device("/cpu:0"):
         graph_def = tf_loader.from_function(concrete, inputs, outputs)
-        model, _ = tf2onnx.convert._convert_common(
-            graph_def, name=concrete.name, opset=OPSET, extra_opset=extra_opset,
-            input_names=inputs, output_names=outputs, continue_on_error=False,
-            tensors_to_rename=tf2onnx.convert.tensor_names_from_structed(concrete, inputs,
-                                                                        outputs),
-            optimizers=OPTIMIZERS)
+        with tf.Graph().as_default() as tf_graph:
+            tf.import_graph_def(graph_def, name="")
+            graph = tfonnx.process_tf_graph(
+                tf_graph, opset=OPSET, extra_opset=extra_opset, input_names=inputs,
+                output_names=outputs, continue_on_error=False,
+                tensors_to_rename=tf2onnx.convert.tensor_names_from_structed(concrete, inputs,
+                                                                            outputs))
+    graph = optimizer.optimize_graph(graph, catch_errors=False, optimizers=OPTIMIZERS)
+    model = graph.make_model(f"converted from {concrete.name}")
     hoist_loop_invariants(model)
     sink_initializers(model)
     onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})

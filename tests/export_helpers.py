@@ -41,12 +41,14 @@ def train_spm(directory: Path) -> bytes:
     return train_sentencepiece([path], vocab_size=300, seed=0)
 
 
-def make_model(model_proto: bytes, steps: int = 0, seed: int = 0) -> Transformer:
-    """The tiny preset (no dropout), trained `steps` Adam steps on copying corpus lines."""
+def make_model(model_proto: bytes, steps: int = 0, seed: int = 0,
+               **overrides: object) -> Transformer:
+    """The tiny preset (no dropout; ModelConfig `overrides`), trained `steps` Adam steps on
+    copying corpus lines."""
     keras.utils.set_random_seed(seed)
     tokenizer = Tokenizer(model_proto)
     config = ModelConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0,
-                                     max_length=MAX_LENGTH)
+                                     max_length=MAX_LENGTH, **overrides)
     model = Transformer(config)
     model.build()
     if not steps:

@@ -39,18 +39,21 @@ from onnx import TensorProto, compose
 from tf2onnx import constants, optimizer, tf_loader, tfonnx, utils
 from tf2onnx.handler import tf_op
 
-from export.onnx_graph import hoist_loop_invariants, quantize_int8, sink_initializers
+from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants, quantize_int8,
+                               sink_initializers)
 from export.onnx_runtime import INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, TRANSLATOR_FILE
 from export.translator import TEXT_SPEC, Translator
 from keras_transformer.tokenizer import Tokenizer
 
 OPSET = 17
 SPM_FILE = "spm.model"
-# tf2onnx's optimizers in its order, without back-to-back (see above) and those for ops these
-# graphs never hold (Upsample/Resize, DequantizeLinear, Q/DQ pairs, Einsum).
+# tf2onnx's optimizers in its order, without back-to-back (see above), those for ops these
+# graphs never hold (Upsample/Resize, DequantizeLinear, Q/DQ pairs, Einsum), and the global
+# pool one, whose GlobalAveragePool for a mean over the last axis hides layer norms from
+# `fuse_layer_norms`.
 OPTIMIZERS = {name: optimizer._get_optimizers()[name] for name in (
     "optimize_transpose", "fold_constants", "loop_optimizer", "merge_duplication",
-    "reshape_optimizer", "global_pool_optimizer", "remove_identity")}
+    "reshape_optimizer", "remove_identity")}
 
 
 @tf_op("SentencepieceDetokenizeOp", domain=constants.CONTRIB_OPS_DOMAIN)
@@ -136,5 +139,6 @@ def convert(function: tf.types.experimental.PolymorphicFunction, metadata: dict[
     model = graph.make_model(f"converted from {concrete.name}")
     hoist_loop_invariants(model)
     sink_initializers(model)
+    fuse_layer_norms(model)
     onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})
     return model

@@ -8,13 +8,17 @@ the base model) and its quantizer, which looks for initializers, finds no weight
 inside the body. `hoist_loop_invariants` makes the body read them from the outer scope
 instead (what ONNX's implicit inputs are for): the same results, and the weights visible.
 `sink_initializers` then moves each weight into the body that reads it, where ONNX Runtime
-prepacks it for its matrix products.
+prepacks it for its matrix products. `fuse_layer_norms` replaces the 13 nodes of each of
+Keras's layer normalisations by one LayerNormalization, which neither tf2onnx nor ONNX
+Runtime does for the form Keras computes.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 
@@ -80,6 +84,168 @@ def _innermost_reader(graph: onnx.GraphProto, name: str) -> onnx.GraphProto:
                if attribute.type == onnx.AttributeProto.GRAPH
                and name in _outer_names(attribute.g)]
     return _innermost_reader(readers[0], name) if len(readers) == 1 else graph
+
+
+def fuse_layer_norms(model: onnx.ModelProto) -> int:
+    """Replaces, in place, each layer normalisation over the last axis as Keras computes it,
+        mean = ReduceMean(x), variance = ReduceMean((x - mean) * (x - mean)),
+        inv = gamma / Sqrt(variance + epsilon), y = x * inv + (beta - mean * inv),
+    (13 nodes; gamma and beta constants [1, ..., 1, d] or Reshapes of constants [d] to that) by
+    one LayerNormalization(x, gamma [d], beta [d]) (opset 17), in every graph. Returns how
+    many."""
+    return _fuse_in(model.graph, {})
+
+
+def _fuse_in(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto]) -> int:
+    """`fuse_layer_norms` in `graph`, whose enclosing graphs hold the initializers `outer`."""
+    constants = {**outer, **{tensor.name: tensor for tensor in graph.initializer}}
+    fused = sum(_fuse_in(attribute.g, constants) for node in graph.node
+                for attribute in node.attribute if attribute.type == onnx.AttributeProto.GRAPH)
+    producers = {output: node for node in graph.node for output in node.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:  # a node with a subgraph reads what the subgraph reads
+        for name in {*node.input, *_subgraph_reads(node)}:
+            readers.setdefault(name, []).append(node)
+    graph_outputs = {output.name for output in graph.output}
+    match = _LayerNormMatch(producers, readers, constants)
+    for reciprocal in [node for node in graph.node if node.op_type == "Reciprocal"]:
+        found = match.at(reciprocal)
+        if found is None:
+            continue
+        nodes, (x, gamma, beta, epsilon, y) = found
+        internal = {output for node in nodes for output in node.output} - {y}
+        if internal & graph_outputs or any(reader not in nodes for name in internal
+                                           for reader in readers.get(name, [])):
+            continue
+        gamma, beta = (_vector(graph, constants, name) for name in (gamma, beta))
+        position = next(index for index, node in enumerate(graph.node) if y in node.output)
+        graph.node.insert(position, onnx.helper.make_node(
+            "LayerNormalization", [x, gamma, beta], [y], axis=-1, epsilon=epsilon,
+            name=f"{y}/LayerNormalization"))
+        for node in nodes:
+            graph.node.remove(node)
+        fused += 1
+    _remove_dead_nodes(graph)  # the Reshapes of gamma and beta
+    read = {name for node in graph.node for name in [*node.input, *_subgraph_reads(node)]}
+    for tensor in [tensor for tensor in graph.initializer if tensor.name not in read]:
+        graph.initializer.remove(tensor)  # the [1, ..., 1, d] gammas and betas
+    return fused
+
+
+def _vector(graph: onnx.GraphProto, constants: dict[str, onnx.TensorProto], name: str) -> str:
+    """`name` itself if it is a vector, else (a constant [1, ..., 1, d]) the name of a [d]
+    copy, added to `graph` (once)."""
+    tensor = constants[name]
+    if len(tensor.dims) == 1:
+        return name
+    vector_name = f"{name}/vector"
+    if vector_name not in constants:
+        vector = onnx.TensorProto()
+        vector.CopyFrom(tensor)
+        vector.name, vector.dims[:] = vector_name, [tensor.dims[-1]]
+        graph.initializer.append(vector)
+        constants[vector_name] = vector
+    return vector_name
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """The names that `node`'s subgraphs read."""
+    return {name for attribute in node.attribute if attribute.type == onnx.AttributeProto.GRAPH
+            for name in _outer_names(attribute.g)}
+
+
+class _LayerNormMatch:
+    """The nodes of one graph around a Reciprocal that make a Keras layer norm."""
+
+    def __init__(self, producers: dict[str, onnx.NodeProto],
+                 readers: dict[str, list[onnx.NodeProto]],
+                 constants: dict[str, onnx.TensorProto]) -> None:
+        self.producers, self.readers, self.constants = producers, readers, constants
+
+    def at(self, reciprocal: onnx.NodeProto):
+        """(the nodes, (x, gamma, beta, epsilon, y)) of the layer norm whose 1 / Sqrt(variance
+        + epsilon) is `reciprocal`, or None where the nodes around it are not one."""
+        sqrt = self.made_by(reciprocal.input[0], "Sqrt")
+        plus_epsilon = sqrt and self.made_by(sqrt.input[0], "Add")
+        variance = plus_epsilon and next(
+            (self.producers[name] for name in plus_epsilon.input
+             if self.mean_axis(self.producers.get(name)) is not None), None)
+        if variance is None:
+            return None
+        axis = self.mean_axis(variance)
+        epsilon = self.scalar(self.other(plus_epsilon, variance.output[0]))
+        square = self.made_by(variance.input[0], "Mul")
+        difference = square and square.input[0] == square.input[1] \
+            and self.made_by(square.input[0], "Sub")
+        mean = difference and self.producers.get(difference.input[1])
+        if epsilon is None or not mean or self.mean_axis(mean) != axis \
+                or mean.input[0] != difference.input[0]:
+            return None
+        x = mean.input[0]
+        scaled = self.only_reader(reciprocal.output[0], "Mul")  # inv = gamma / std
+        gamma = scaled and self.last_axis_vector(self.other(scaled, reciprocal.output[0]), axis)
+        negated = [node for node in self.readers.get(mean.output[0], []) if node.op_type == "Neg"]
+        if gamma is None or len(negated) != 1:
+            return None
+        inv_readers = self.readers.get(scaled.output[0], [])
+        times_x = next((node for node in inv_readers if node.op_type == "Mul"
+                        and self.other(node, scaled.output[0]) == x), None)
+        times_mean = next((node for node in inv_readers if node.op_type == "Mul"
+                           and self.other(node, scaled.output[0]) == negated[0].output[0]), None)
+        shift = times_mean and self.only_reader(times_mean.output[0], "Add")  # beta - mean*inv
+        beta = shift and self.last_axis_vector(self.other(shift, times_mean.output[0]), axis)
+        total = times_x and self.only_reader(times_x.output[0], "Add")
+        if beta is None or total is None \
+                or self.other(total, times_x.output[0]) != shift.output[0]:
+            return None
+        nodes = [mean, difference, square, variance, plus_epsilon, sqrt, reciprocal, scaled,
+                 negated[0], times_mean, shift, times_x, total]
+        return nodes, (x, gamma, beta, epsilon, total.output[0])
+
+    def made_by(self, name: str, op_type: str) -> onnx.NodeProto | None:
+        node = self.producers.get(name)
+        return node if node is not None and node.op_type == op_type else None
+
+    def only_reader(self, name: str, op_type: str) -> onnx.NodeProto | None:
+        nodes = self.readers.get(name, [])
+        return nodes[0] if len(nodes) == 1 and nodes[0].op_type == op_type else None
+
+    @staticmethod
+    def other(node: onnx.NodeProto, name: str) -> str | None:
+        """The input of a two-input `node` besides `name`."""
+        names = list(node.input)
+        return names[1 - names.index(name)] if len(names) == 2 and name in names else None
+
+    @staticmethod
+    def mean_axis(node: onnx.NodeProto | None) -> int | None:
+        """k for a ReduceMean over the one axis k that keeps it, else None."""
+        if node is None or node.op_type != "ReduceMean" or len(node.input) != 1:
+            return None
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        axes = attributes.get("axes", [])
+        return axes[0] if len(axes) == 1 and attributes.get("keepdims", 1) == 1 else None
+
+    def scalar(self, name: str | None) -> float | None:
+        tensor = self.constants.get(name)
+        if tensor is None or np.prod(tensor.dims, dtype=int) != 1:
+            return None
+        return float(numpy_helper.to_array(tensor).reshape(()))
+
+    def last_axis_vector(self, name: str | None, axis: int) -> str | None:
+        """The constant of shape [1, ..., 1, d] along `axis` (the last: -1, or [1] * axis +
+        [d]) that `name` is, or that `name` reshapes a vector [d] to; else None."""
+        def along_axis(dims: list[int]) -> bool:
+            return all(dim == 1 for dim in dims[:-1]) and (axis == -1 or len(dims) == axis + 1)
+
+        if name in self.constants:
+            return name if along_axis(list(self.constants[name].dims)) else None
+        reshape = self.made_by(name, "Reshape")
+        if reshape is None or reshape.input[1] not in self.constants \
+                or len(self.constants.get(reshape.input[0], onnx.TensorProto()).dims) != 1:
+            return None
+        shape = numpy_helper.to_array(self.constants[reshape.input[1]]).tolist()
+        size = self.constants[reshape.input[0]].dims[0]
+        return reshape.input[0] if along_axis(shape) and shape[-1] == size else None
 
 
 def quantize_int8(source: Path, target: Path) -> None:

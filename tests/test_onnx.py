@@ -93,3 +93,35 @@ def test_loop_invariants_hoisted_weights_sunk_and_int8_weights_decode(onnx_dir,
     reference = keras_reference["target_ids"]
     same = [np.array_equal(a[a != 0], b[b != 0]) for a, b in zip(int8, reference)]
     assert sum(same) >= len(same) // 2, same
+
+
+def test_layer_norms_are_fused_where_they_normalise_the_last_axis(onnx_dir, export_translator):
+    import keras
+    import onnxruntime as ort
+
+    model = onnx.load(str(onnx_dir / "model.onnx"))
+    norms = [layer for layer in export_translator.model._flatten_layers()
+             if isinstance(layer, keras.layers.LayerNormalization)]
+
+    def count(graph: onnx.GraphProto, op_type: str) -> int:
+        return sum(node.op_type == op_type for node in graph.node) + sum(
+            count(attribute.g, op_type) for node in graph.node
+            for attribute in node.attribute if attribute.type == onnx.AttributeProto.GRAPH)
+
+    assert count(model.graph, "LayerNormalization") == len(norms) == 10  # 2 * 2 + 2 * 3
+    assert count(model.graph, "ReduceMean") == count(model.graph, "Reciprocal") == 0
+    x = np.random.default_rng(0).normal(2.0, 3.0, size=(2, 5, 8)).astype(np.float32)
+    # gamma != beta; gamma == beta (one initializer for both); across time: left as it is
+    for axis, beta_offset, fused in ((-1, 1.0, 1), (-1, 0.0, 1), (1, 1.0, 0)):
+        layer = keras.layers.LayerNormalization(axis=axis, epsilon=1e-6)
+        layer.build(x.shape)
+        gamma = np.linspace(0.5, 2.0, layer.gamma.shape[0], dtype=np.float32)
+        layer.set_weights([gamma, gamma + beta_offset])
+        function = tf.function(lambda x: {"y": layer(x)},
+                               input_signature=[tf.TensorSpec([None, 5, 8], tf.float32)])
+        graph = convert(function, {})
+        assert count(graph.graph, "LayerNormalization") == fused
+        session = ort.InferenceSession(graph.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(session.run(["y"], {"x": x})[0], layer(x).numpy(),
+                                   rtol=1e-5, atol=1e-5)

@@ -1,5 +1,6 @@
 """Rewrites of a converted ONNX model: loop invariants out of the beam-search Loops (the outer
-one that retires finished sentences and the inner one that steps the rest), and int8 weights.
+one that retires finished sentences and the inner one that steps the rest), fused layer
+norms, and int8 weights.
 
 tf2onnx turns every tensor that the TF while loop captures (the weights, the encoder memory's
 projections) into a loop-carried value that the body passes through unchanged; ONNX Runtime

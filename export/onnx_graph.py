@@ -128,6 +128,7 @@ def _fuse_in(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto]) -> int:
         fused += 1
     _remove_dead_nodes(graph)  # the Reshapes of gamma and beta
     read = {name for node in graph.node for name in [*node.input, *_subgraph_reads(node)]}
+    read |= graph_outputs
     for tensor in [tensor for tensor in graph.initializer if tensor.name not in read]:
         graph.initializer.remove(tensor)  # the [1, ..., 1, d] gammas and betas
     return fused

@@ -107,11 +107,10 @@ def text_model(translator: Translator, ids_model: onnx.ModelProto,
     def detokenize(target_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"translation": tokenizer.detokenize(target_ids)}  # [batch]
 
-    encoder, decoder = convert(encode, metadata, text=True), convert(detokenize, metadata, text=True)
-    encoder = compose.add_prefix(encoder, "encode/", rename_inputs=False,
-                                      rename_outputs=False)
-    decoder = compose.add_prefix(decoder, "detokenize/", rename_inputs=False,
-                                      rename_outputs=False)
+    encoder, decoder = (compose.add_prefix(convert(function, metadata, text=True), prefix,
+                                           rename_inputs=False, rename_outputs=False)
+                        for function, prefix in ((encode, "encode/"),
+                                                 (detokenize, "detokenize/")))
     model = compose.merge_models(encoder, ids_model, io_map=[("source_ids", "source_ids")])
     model = compose.merge_models(model, decoder, io_map=[("target_ids", "target_ids")])
     onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})

@@ -1,6 +1,7 @@
 """Decoding speed and BLEU of the exports on a run's test split, beam search as exported:
-sentences/s, target tokens/s and BLEU of the SavedModel (TensorFlow; `tf-bfloat16`, on
-request: one built in mixed_bfloat16), model.onnx and model_int8.onnx (ONNX Runtime) and
+sentences/s, target tokens/s and BLEU of the SavedModel (TensorFlow, float32; `tf-bfloat16`
+one in mixed_bfloat16, by default where `dtype: auto` picks it), model.onnx and
+model_int8.onnx (ONNX Runtime) and
 CTranslate2 float32 and int8 on the same weights, at batch sizes 1 and 32, then decode time
 against output length (batch 1: the cache makes it linear).
 
@@ -10,7 +11,8 @@ against output length (batch 1: the cache makes it linear).
 The model: runs/NAME/export if it is complete, else an export of the run's checkpoint, else (said
 in the output) a randomly initialised model of the config's preset, which decodes every
 sentence to the length limit (source length + evaluate.extra_length); the CTranslate2 models
-are converted from the SavedModel's weights when the export has none. Each runtime runs in a
+are converted from the SavedModel's weights when the export has none, a SavedModel of
+another dtype than the export's is built from the run's checkpoint. Each runtime runs in a
 process of its own (its own thread pools; ONNX Runtime never beside TensorFlow). Sources are
 tokenized beforehand and decoded as ids (pieces for CTranslate2), in batches of similar
 lengths as `translate_lines` makes them; target tokens are counted with their EOS (a
@@ -37,7 +39,7 @@ from pipelines.paths import RunPaths
 
 RUNTIMES = {"tf": "SavedModel", "tf-bfloat16": "SavedModel", "onnx": "model.onnx",
             "onnx-int8": "model_int8.onnx", "ct2-float32": "CTranslate2", "ct2-int8": "CTranslate2"}
-DEFAULT_RUNTIMES = [name for name in RUNTIMES if name != "tf-bfloat16"]  # native bf16 only
+SAVED_MODEL_DTYPES = {"tf": "float32", "tf-bfloat16": "mixed_bfloat16"}
 LENGTH_BUCKET = 10  # output tokens per row of the length table
 REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a busy machine)
 
@@ -109,11 +111,20 @@ def _pad(rows: list[list[int]]) -> np.ndarray:
     return ids
 
 
+def default_runtimes() -> list[str]:
+    """Every runtime, `tf-bfloat16` only where `dtype: auto` picks bfloat16 (native bf16)."""
+    from keras_transformer.precision import resolve_dtype
+
+    native = resolve_dtype("auto")[0] == "mixed_bfloat16"
+    return [name for name in RUNTIMES if name != "tf-bfloat16" or native]
+
+
 def find_model(config_name: str, scratch: Path,
                runtimes: list[str]) -> tuple[dict[str, Path], str]:
-    """(the model directory of each runtime, what the model is), exporting if needed; the
-    bfloat16 SavedModel (a model built in mixed_bfloat16 from the run's checkpoint) only when
-    `runtimes` asks for it."""
+    """(the model directory of each runtime, what the model is), exporting if needed; a
+    SavedModel of a dtype the export's is not (float32, or mixed_bfloat16 when `runtimes`
+    asks for it) is built from the run's checkpoint."""
+    from export.saved_model import read_metadata
     from export.versions import latest_version
     from pipelines.config import load_config
 
@@ -145,15 +156,19 @@ def find_model(config_name: str, scratch: Path,
 
         ct2_dir = scratch / "ctranslate2"
         export_ctranslate2(SavedModelTranslator(version).rebuild(), ct2_dir)
-    directories = {"tf": version, "onnx": onnx_dir, "onnx-int8": onnx_dir,
-                   "ct2-float32": ct2_dir, "ct2-int8": ct2_dir}
-    if "tf-bfloat16" in runtimes:
-        from export.saved_model import export_saved_model
-        from pipelines.models import load_model_for_inference, run_translator
+    directories = {"onnx": onnx_dir, "onnx-int8": onnx_dir, "ct2-float32": ct2_dir,
+                   "ct2-int8": ct2_dir}
+    exported = read_metadata(version).get("dtype", "float32")
+    for runtime, dtype in SAVED_MODEL_DTYPES.items():
+        if dtype == exported:
+            directories[runtime] = version
+        elif runtime in runtimes:
+            from export.saved_model import export_saved_model
+            from pipelines.models import load_model_for_inference, run_translator
 
-        model, _ = load_model_for_inference(config, dtype="mixed_bfloat16")
-        directories["tf-bfloat16"] = export_saved_model(run_translator(config, model),
-                                                        scratch / "saved_model_bfloat16")
+            model, _ = load_model_for_inference(config, dtype=dtype)
+            directories[runtime] = export_saved_model(run_translator(config, model),
+                                                      scratch / f"saved_model_{dtype}")
     return directories, about
 
 
@@ -254,8 +269,8 @@ def main() -> int:
     parser.add_argument("--sentences", type=int, default=200, help="test sentences decoded")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch-sizes", default="1,32", help="comma-separated")
-    parser.add_argument("--runtimes", default=",".join(DEFAULT_RUNTIMES),
-                        help=f"comma-separated, of {', '.join(RUNTIMES)}")
+    parser.add_argument("--runtimes", help=f"comma-separated, of {', '.join(RUNTIMES)} "
+                        "(default: all, tf-bfloat16 where the CPU has native bf16)")
     parser.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
@@ -269,7 +284,7 @@ def main() -> int:
         return 0
     batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory() as scratch:
-        runtimes = args.runtimes.split(",")
+        runtimes = args.runtimes.split(",") if args.runtimes else default_runtimes()
         directories, about = find_model(args.config, Path(scratch), runtimes)
         sources, references, spm_model = test_split(args.config, args.sentences)
         results: dict[str, dict[int, list[dict]]] = {}

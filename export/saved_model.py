@@ -33,6 +33,7 @@ from export.translator import Translator, nbest_pairs, prefixed_in_batches
 from export.versions import publish_version, staging_directory
 from keras_transformer.config import ModelConfig
 from keras_transformer.model import Transformer
+from keras_transformer.precision import resolve_dtype
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 SPM_FILE, METADATA_FILE = "spm.model", "translator.json"
@@ -98,8 +99,15 @@ class SavedModelTranslator:
     signature (the graph TF Serving runs)."""
 
     def __init__(self, version_dir: Path) -> None:
+        """Raises ExportError for a bfloat16 export where oneDNN would abort on it (an
+        ONEDNN_MAX_CPU_ISA cap below the CPU's bfloat16 instructions)."""
         self.version_dir = Path(version_dir)
         self.metadata = read_metadata(self.version_dir)
+        self.dtype = self.metadata.get("dtype", "float32")  # older exports: float32
+        try:
+            resolve_dtype(self.dtype)
+        except ValueError as error:
+            raise ExportError(f"{self.version_dir}: a {self.dtype} export: {error}") from None
         self.loaded = tf.saved_model.load(str(self.version_dir))
         self.signature = self.loaded.signatures["serving_default"]
 
@@ -137,10 +145,10 @@ class SavedModelTranslator:
         return self.loaded.signatures[name]
 
     def rebuild(self, **settings: Any) -> Translator:
-        """An in-process Translator with this version's weights and tokenizer, and decoding
-        settings (beam_size, alpha, stop, max_source_length, extra_length) overridden (an
-        export older than `stop` used tensor2tensor's "bound")."""
-        model = Transformer(ModelConfig(**self.metadata["model"]))
+        """An in-process Translator with this version's weights, dtype policy and tokenizer,
+        and decoding settings (beam_size, alpha, stop, max_source_length, extra_length)
+        overridden (an export older than `stop` used tensor2tensor's "bound")."""
+        model = Transformer(ModelConfig(**self.metadata["model"]), dtype=self.dtype)
         model.build()
         for variable, saved in zip(model.variables, self.loaded.model_variables, strict=True):
             variable.assign(saved)

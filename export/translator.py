@@ -105,10 +105,12 @@ class Translator(tf.Module):
         return self._model.value
 
     def metadata(self) -> dict[str, Any]:
-        """The decoding settings and the model config, as exports record them."""
+        """The decoding settings, the model config and its Keras dtype policy, as exports
+        record them."""
         return {"beam_size": self.beam_size, "alpha": self.alpha, "stop": self.stop,
                 "max_source_length": self.max_source_length, "extra_length": self.extra_length,
-                "model": self.model.model_config.to_dict()}
+                "model": self.model.model_config.to_dict(),
+                "dtype": self.model.dtype_policy.name}
 
     @tf.function(input_signature=[IDS_SPEC])
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:

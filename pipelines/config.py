@@ -157,10 +157,7 @@ class ModelSection(ModelOverrides):
         Raises:
             ConfigError: mixed_bfloat16 where ONEDNN_MAX_CPU_ISA would make oneDNN abort.
         """
-        try:
-            return resolve_dtype(self.dtype)
-        except ValueError as error:
-            raise ConfigError(f"model.dtype: {error}") from None
+        return _resolved_dtype("model.dtype", self.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,15 +246,37 @@ class EvaluateConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ExportConfig:
-    """The `export` section: the formats written (decoding settings come from `evaluate`)."""
+    """The `export` section: the formats written (decoding settings come from `evaluate`) and
+    the SavedModel's Keras dtype policy. `float32` (the default) runs on every CPU and GPU;
+    `auto` is bfloat16 where the exporting machine runs it natively (`model.dtype`'s rule), for
+    a SavedModel served on that kind of machine: on a CPU without native bfloat16 it runs
+    emulated, slower than float32. The ONNX and CTranslate2 exports are float32 (and int8).
+    """
 
     formats: tuple[str, ...] = EXPORT_FORMATS
+    saved_model_dtype: Literal["float32", "auto", "mixed_bfloat16", "mixed_float16"] = "float32"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.formats) - set(EXPORT_FORMATS))
         if unknown or not self.formats:
             raise FieldError("formats", f"must name {' and/or '.join(EXPORT_FORMATS)}, "
                              f"got {list(self.formats)!r}")
+
+    def resolved_saved_model_dtype(self) -> tuple[str, str]:
+        """(the SavedModel's Keras dtype policy on this machine, why), as `model.dtype`'s.
+
+        Raises:
+            ConfigError: mixed_bfloat16 where ONEDNN_MAX_CPU_ISA would make oneDNN abort.
+        """
+        return _resolved_dtype("export.saved_model_dtype", self.saved_model_dtype)
+
+
+def _resolved_dtype(key: str, requested: str) -> tuple[str, str]:
+    """keras_transformer.precision.resolve_dtype, its refusal a ConfigError naming `key`."""
+    try:
+        return resolve_dtype(requested)
+    except ValueError as error:
+        raise ConfigError(f"{key}: {error}") from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,8 +6,8 @@
     export/onnx/{model,model_int8,translator}.onnx, spm.model, translator.json
     export/ctranslate2/{float32,int8}/, spm.model, translator.json   (format ctranslate2)
 
-The model is restored in float32 (`pipelines.models`) and decodes with the `evaluate`
-section's settings (beam 4, alpha 0.6, source length + 50), a source cut to data.max_length
+The model is restored in float32 (`pipelines.models`; the SavedModel in
+export.saved_model_dtype) and decodes with the `evaluate` section's settings (beam 4, alpha 0.6, source length + 50), a source cut to data.max_length
 tokens. The warm-up requests carry the first dev sentences. The ONNX and CTranslate2
 directories are written under a temporary name and swapped in by renames, each SavedModel
 version by one rename.
@@ -45,6 +45,7 @@ class ExportSummary:
 
     checkpoint: str
     saved_model: Path | None  # the new version's directory
+    saved_model_dtype: str  # its Keras dtype policy and why, e.g. "float32: as configured"
     onnx: Path | None
     ctranslate2: Path | None
     beam_size: int
@@ -57,7 +58,8 @@ class ExportSummary:
                  f"in {self.seconds:.0f} s"]
         if self.saved_model:
             lines.append(f"  saved_model  {self.saved_model} (TF Serving: "
-                         f"{self.saved_model.parent.parent / 'models.config'})")
+                         f"{self.saved_model.parent.parent / 'models.config'}; "
+                         f"{self.saved_model_dtype})")
         if self.onnx:
             lines.append(f"  onnx         {self.onnx}/{{model,model_int8,translator}}.onnx")
         if self.ctranslate2:
@@ -73,6 +75,7 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     Raises:
         InputError: an unknown format, or the run has no vocabulary or checkpoint, or one that
             cannot be restored (incomplete, of another vocabulary or architecture).
+        ConfigError: export.saved_model_dtype mixed_bfloat16 where oneDNN would abort on it.
         OSError: export/ cannot be written (read-only, a full disk).
     """
     formats = config.export.formats if formats is None else formats
@@ -80,6 +83,7 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     if unknown or not formats:
         raise InputError(f"unknown export format(s) {unknown or list(formats)}; "
                          f"choose from {', '.join(EXPORT_FORMATS)}")
+    dtype, dtype_reason = config.export.resolved_saved_model_dtype()
     start = time.perf_counter()
     paths = RunPaths(config.run_path)
     check_writable(paths.export)
@@ -87,8 +91,10 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     translator = run_translator(config, model)
     saved_model = onnx = ctranslate2 = None
     if "saved_model" in formats:
+        served = translator if dtype == "float32" else run_translator(
+            config, load_model_for_inference(config, checkpoint, dtype)[0])
         with tf_write_errors(paths.saved_model):
-            saved_model = export_saved_model(translator, paths.saved_model,
+            saved_model = export_saved_model(served, paths.saved_model,
                                              warmup_text=_warmup_text(paths),
                                              model_name=config.name)
         write_models_config(paths.models_config, config.name, paths.saved_model)
@@ -103,8 +109,9 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
 
         ctranslate2 = _write_directory(
             lambda directory: export_ctranslate2(translator, directory), paths.ctranslate2)
-    return ExportSummary(checkpoint, saved_model, onnx, ctranslate2, config.evaluate.beam_size,
-                         config.evaluate.alpha, time.perf_counter() - start)
+    return ExportSummary(checkpoint, saved_model, dtype_reason, onnx, ctranslate2,
+                         config.evaluate.beam_size, config.evaluate.alpha,
+                         time.perf_counter() - start)
 
 
 def _write_directory(write: Callable[[Path], object], target: Path) -> Path:

@@ -4,7 +4,7 @@ its Translator with the `evaluate` section's decoding settings.
 
 Training may use a mixed dtype policy; its variables are float32 all the same, so the model
 can be rebuilt with any policy and restored from the same checkpoint: exports use float32
-(ONNX Runtime's CPU kernels and TF Serving's are float32), evaluation the training policy.
+(the SavedModel export.saved_model_dtype), evaluation the training policy.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The export stage and `keras-transformer export|translate`."""
+import dataclasses
 import os
 import shutil
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from export.loading import resolve_export
+from export.saved_model import read_metadata
 from export_helpers import SENTENCES
 from pipelines.cli import main
 
@@ -24,6 +25,8 @@ def test_export_writes_a_version_models_config_and_onnx(exported, export_config)
     assert sorted(p.name for p in exported.onnx.iterdir()) == \
         ["model.onnx", "model_int8.onnx", "spm.model", "translator.json", "translator.onnx"]
     assert "saved_model" in exported.format() and "onnx" in exported.format()
+    assert "; float32: as configured)" in exported.format()
+    assert read_metadata(exported.saved_model)["dtype"] == "float32"
 
 
 def test_translate_reads_a_file_or_stdin_with_either_runtime(exported, export_translator,
@@ -86,6 +89,64 @@ def test_the_export_section_names_formats(export_config, tmp_path):
     path.write_text(text + "export:\n  formats: [tflite]\n")
     with pytest.raises(ConfigError, match="export.formats: must name saved_model and/or onnx"):
         load_config(path)
+    assert load_config(export_config).export.saved_model_dtype == "float32"
+    path.write_text(text + "export:\n  saved_model_dtype: bfloat16\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:\d+: export.saved_model_dtype: expected "
+                                          r"one of .*mixed_bfloat16.*, got 'bfloat16'"):
+        load_config(path)
+
+
+def test_an_explicit_bfloat16_saved_model_is_refused_where_onednn_would_abort(
+        export_config, monkeypatch):
+    from keras_transformer import precision
+    from pipelines.config import ConfigError, load_config
+    from pipelines.export import export_run
+
+    config = load_config(export_config)
+    bf16_cpu_under_avx2_cap = precision.Hardware(frozenset({"avx512f", "avx512_bf16"}), "AVX2",
+                                                 [])
+    monkeypatch.setattr(precision, "detect", lambda: bf16_cpu_under_avx2_cap)
+    export = dataclasses.replace(config.export, saved_model_dtype="auto")
+    assert export.resolved_saved_model_dtype()[0] == "float32"
+    export = dataclasses.replace(config.export, saved_model_dtype="mixed_bfloat16")
+    with pytest.raises(ConfigError, match=r"^export\.saved_model_dtype: mixed_bfloat16 would "
+                                          r"abort .*ONEDNN_MAX_CPU_ISA=AVX2"):
+        export_run(dataclasses.replace(config, export=export))
+
+
+def test_a_bfloat16_saved_model_computes_in_bfloat16_and_rebuilds_so(
+        export_translator, tmp_path, monkeypatch, bfloat16_runs):
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from export import ExportError
+    from export.saved_model import SavedModelTranslator
+    from export_helpers import write_run
+    from keras_transformer import precision
+    from pipelines.config import ExportConfig, load_config
+    from pipelines.export import export_run
+
+    config = load_config(write_run(tmp_path, export_translator))
+    summary = export_run(dataclasses.replace(config, export=ExportConfig(
+        formats=("saved_model",), saved_model_dtype="mixed_bfloat16")))
+    assert "; mixed_bfloat16: as configured" in summary.format() and summary.onnx is None
+    graph = saved_model_pb2.SavedModel.FromString(
+        (summary.saved_model / "saved_model.pb").read_bytes()).meta_graphs[0].graph_def
+    products = [node for function in graph.library.function for node in function.node_def
+                if node.op in ("MatMul", "BatchMatMulV2")]
+    assert products and all(node.attr["T"].type == tf.bfloat16.as_datatype_enum
+                            for node in products)
+    loaded = SavedModelTranslator(summary.saved_model)
+    rebuilt = loaded.rebuild()
+    assert loaded.dtype == "mixed_bfloat16"
+    assert rebuilt.model.dtype_policy.name == "mixed_bfloat16"
+    expected = rebuilt.translate(tf.constant(SENTENCES))["translation"].numpy()
+    assert loaded.translate(SENTENCES)["translation"] == [t.decode() for t in expected]
+    monkeypatch.setattr(precision, "detect", lambda: precision.Hardware(
+        frozenset({"avx512f", "avx512_bf16"}), "AVX2", []))
+    with pytest.raises(ExportError, match=rf"^{summary.saved_model}: a mixed_bfloat16 export: "
+                                          r"mixed_bfloat16 would abort"):
+        SavedModelTranslator(summary.saved_model)
 
 
 def test_a_mixed_precision_model_is_restored_in_float32(export_config, tmp_path,

@@ -72,8 +72,9 @@ class Translator(tf.Module):
     """Beam-search translation with a Transformer and its SentencePiece model, in the graph.
 
     Args:
-        model: a built Transformer (float32 for export: ONNX Runtime's CPU kernels and
-            TF Serving's are float32).
+        model: a built Transformer in any Keras dtype policy (float32 for the ONNX and
+            CTranslate2 exports; a SavedModel may compute in mixed_bfloat16 or
+            mixed_float16 where its server runs that natively).
         spm_model_proto: the bytes of the run's SentencePiece model.
         beam_size: hypotheses kept per sentence (1: greedy search).
         alpha: the length penalty exponent.

@@ -6,11 +6,11 @@
     export/onnx/{model,model_int8,translator}.onnx, spm.model, translator.json
     export/ctranslate2/{float32,int8}/, spm.model, translator.json   (format ctranslate2)
 
-The model is restored in float32 (`pipelines.models`; the SavedModel in
-export.saved_model_dtype) and decodes with the `evaluate` section's settings (beam 4, alpha 0.6, source length + 50), a source cut to data.max_length
-tokens. The warm-up requests carry the first dev sentences. The ONNX and CTranslate2
-directories are written under a temporary name and swapped in by renames, each SavedModel
-version by one rename.
+The model is restored in float32 (`pipelines.models`; the SavedModel's in
+export.saved_model_dtype) and decodes with the `evaluate` section's settings (beam 4, alpha
+0.6, source length + 50), a source cut to data.max_length tokens. The warm-up requests
+carry the first dev sentences. The ONNX and CTranslate2 directories are written under a
+temporary name and swapped in by renames, each SavedModel version by one rename.
 
 Example:
     print(export_run(load_config("demo")).format())

@@ -124,9 +124,10 @@ def find_model(config_name: str, scratch: Path,
     """(the model directory of each runtime, what the model is), exporting if needed; a
     SavedModel of a dtype the export's is not (float32, or mixed_bfloat16 when `runtimes`
     asks for it) is built from the run's checkpoint."""
-    from export.saved_model import read_metadata
+    from export.saved_model import export_saved_model, read_metadata
     from export.versions import latest_version
     from pipelines.config import load_config
+    from pipelines.models import load_model_for_inference, run_translator
 
     config = load_config(config_name)
     paths = RunPaths(config.run_path)
@@ -163,9 +164,6 @@ def find_model(config_name: str, scratch: Path,
         if dtype == exported:
             directories[runtime] = version
         elif runtime in runtimes:
-            from export.saved_model import export_saved_model
-            from pipelines.models import load_model_for_inference, run_translator
-
             model, _ = load_model_for_inference(config, dtype=dtype)
             directories[runtime] = export_saved_model(run_translator(config, model),
                                                       scratch / f"saved_model_{dtype}")

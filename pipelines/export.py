@@ -87,11 +87,13 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     start = time.perf_counter()
     paths = RunPaths(config.run_path)
     check_writable(paths.export)
-    model, checkpoint = load_model_for_inference(config, checkpoint)
+    # ONNX and CTranslate2 take a float32 model; the SavedModel one in `dtype`.
+    first_dtype = "float32" if set(formats) - {"saved_model"} else dtype
+    model, checkpoint = load_model_for_inference(config, checkpoint, first_dtype)
     translator = run_translator(config, model)
     saved_model = onnx = ctranslate2 = None
     if "saved_model" in formats:
-        served = translator if dtype == "float32" else run_translator(
+        served = translator if first_dtype == dtype else run_translator(
             config, load_model_for_inference(config, checkpoint, dtype)[0])
         with tf_write_errors(paths.saved_model):
             saved_model = export_saved_model(served, paths.saved_model,

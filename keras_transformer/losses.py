@@ -1,5 +1,6 @@
 """Label-smoothed cross-entropy (section 5.4), summed over real target tokens: on logits, or
-fused with the tied pre-softmax projection and computed in chunks of rows for training."""
+fused with the tied pre-softmax projection and computed in chunks of rows for training (with or
+without XLA)."""
 from __future__ import annotations
 
 import tensorflow as tf
@@ -40,12 +41,12 @@ CHUNK_ELEMENTS = 2 ** 22
 
 def projected_label_smoothed_cross_entropy(
         labels: tf.Tensor, hidden: tf.Tensor, table: tf.Tensor, smoothing: float,
-        pad_id: int = 0, chunk_elements: int = CHUNK_ELEMENTS) -> tuple[tf.Tensor, tf.Tensor]:
+        pad_id: int = 0, chunk_elements: int = CHUNK_ELEMENTS,
+        static_shapes: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
     """`label_smoothed_cross_entropy(labels, hidden @ table^T, ...)` without the [batch, time,
-    vocab] logits: only real target tokens are projected, `chunk_elements // vocab` rows at a
-    time, and each chunk's gradients are computed as it goes (one fused softmax cross-entropy
-    kernel gives softmax - q). Same values and gradients; the projection's FLOPs shrink by the
-    padding's share.
+    vocab] logits: rows are projected `chunk_elements // vocab` at a time, and each chunk's
+    gradients are computed as it goes (one fused softmax cross-entropy kernel gives
+    softmax - q). Same values and gradients.
 
     Args:
         labels: int [batch, time], `pad_id` at padding.
@@ -54,53 +55,71 @@ def projected_label_smoothed_cross_entropy(
         smoothing: eps_ls.
         pad_id: the padding id.
         chunk_elements: logits computed at once (rows x vocab).
+        static_shapes: for XLA (`jit_compile`): every row is projected and padding masked, so
+            that every tensor's shape follows from the batch's. Otherwise only real target
+            tokens are gathered and projected (the projection's FLOPs shrink by the padding's
+            share), a shape XLA cannot compile.
 
     Returns:
         (loss summed over real tokens, number of real tokens), float32 scalars.
     """
     d_model = tf.shape(hidden)[-1]
-    real = tf.where(tf.reshape(labels, [-1]) != pad_id)[:, 0]  # [n]
-    real_hidden = tf.gather(tf.reshape(hidden, [-1, d_model]), real)  # [n, d]
-    real_labels = tf.gather(tf.reshape(labels, [-1]), real)  # [n]
-    loss_sum = _chunked_cross_entropy(real_hidden, table, real_labels, smoothing, chunk_elements)
-    return loss_sum, tf.cast(tf.size(real_labels), tf.float32)
+    flat_labels = tf.reshape(labels, [-1])  # [b * t]
+    flat_hidden = tf.reshape(hidden, [-1, d_model])  # [b * t, d]
+    weights = tf.cast(flat_labels != pad_id, tf.float32)  # [b * t]
+    if not static_shapes:
+        real = tf.where(flat_labels != pad_id)[:, 0]  # [n]
+        flat_hidden, flat_labels = tf.gather(flat_hidden, real), tf.gather(flat_labels, real)
+        weights = tf.ones_like(flat_labels, tf.float32)  # [n]
+    loss_sum = _chunked_cross_entropy(flat_hidden, table, flat_labels, weights, smoothing,
+                                      chunk_elements)
+    return loss_sum, tf.reduce_sum(weights)
 
 
 def _chunked_cross_entropy(hidden: tf.Tensor, table: tf.Tensor, labels: tf.Tensor,
-                           smoothing: float, chunk_elements: int) -> tf.Tensor:
-    """Summed smoothed cross-entropy (KL form) of logits hidden @ table^T, [n, d] x [V, d]."""
+                           weights: tf.Tensor, smoothing: float,
+                           chunk_elements: int) -> tf.Tensor:
+    """Weighted sum of the smoothed cross-entropy (KL form) of logits hidden @ table^T,
+    [n, d] x [V, d] -> [n, V] a chunk of rows at a time (rows padded to whole chunks)."""
 
     @tf.custom_gradient
     def loss_and_gradients(hidden: tf.Tensor, table: tf.Tensor):
-        rows, vocab = tf.shape(hidden)[0], tf.shape(table)[0]
-        weights = tf.cast(table, hidden.dtype)  # [V, d]
+        rows, d_model = tf.shape(hidden)[0], tf.shape(hidden)[1]
+        vocab = table.shape[0] or tf.shape(table)[0]
+        weights_matrix = tf.cast(table, hidden.dtype)  # [V, d]
         off_value = tf.constant(smoothing, tf.float32) / tf.cast(vocab, tf.float32)
         label_value = 1.0 - smoothing + off_value
-        chunk = tf.maximum(chunk_elements // vocab, 1)
+        chunk = max(chunk_elements // vocab, 1) if isinstance(vocab, int) else \
+            tf.maximum(chunk_elements // vocab, 1)
         chunks = (rows + chunk - 1) // chunk
+        padding = chunks * chunk - rows
+        chunked_hidden = tf.reshape(tf.pad(hidden, [[0, padding], [0, 0]]),
+                                    [chunks, chunk, d_model])  # [chunks, c, d]
+        chunked_labels = tf.reshape(tf.pad(labels, [[0, padding]]), [chunks, chunk])
+        chunked_weights = tf.reshape(tf.pad(weights, [[0, padding]]), [chunks, chunk])
 
         def body(i, loss_sum, hidden_grads, table_grad):
-            chunk_hidden = hidden[i * chunk:(i + 1) * chunk]  # [c, d]
-            logits = tf.cast(tf.matmul(chunk_hidden, weights, transpose_b=True),
+            chunk_hidden, chunk_weights = chunked_hidden[i], chunked_weights[i]  # [c, d], [c]
+            logits = tf.cast(tf.matmul(chunk_hidden, weights_matrix, transpose_b=True),
                              tf.float32)  # [c, V]
-            targets = tf.one_hot(labels[i * chunk:(i + 1) * chunk], vocab,
-                                 on_value=label_value, off_value=off_value)  # [c, V]
+            targets = tf.one_hot(chunked_labels[i], vocab, on_value=label_value,
+                                 off_value=off_value)  # [c, V]
             cross_entropy, logits_grad = tf.raw_ops.SoftmaxCrossEntropyWithLogits(
                 features=logits, labels=targets)  # [c], [c, V] = softmax - q
-            logits_grad = tf.cast(logits_grad, hidden.dtype)
+            logits_grad = tf.cast(logits_grad * chunk_weights[:, None], hidden.dtype)
             hidden_grads = hidden_grads.write(
-                i, tf.cast(tf.matmul(logits_grad, weights), tf.float32))  # [c, d]
+                i, tf.cast(tf.matmul(logits_grad, weights_matrix), tf.float32))  # [c, d]
             table_grad += tf.cast(tf.matmul(logits_grad, chunk_hidden, transpose_a=True),
                                   tf.float32)  # [V, d]
-            return i + 1, loss_sum + tf.reduce_sum(cross_entropy), hidden_grads, table_grad
+            loss_sum += tf.reduce_sum(cross_entropy * chunk_weights)
+            return i + 1, loss_sum, hidden_grads, table_grad
 
         _, loss_sum, hidden_grads, table_grad = tf.while_loop(
             lambda i, *_: i < chunks, body,
-            (tf.constant(0), tf.constant(0.0), tf.TensorArray(tf.float32, size=chunks,
-                                                              infer_shape=False),
+            (tf.constant(0), tf.constant(0.0), tf.TensorArray(tf.float32, size=chunks),
              tf.zeros(tf.shape(table), tf.float32)))
-        loss_sum -= tf.cast(rows, tf.float32) * _smoothed_entropy(label_value, off_value, vocab)
-        hidden_grad = tf.reshape(hidden_grads.concat(), tf.shape(hidden))  # [n, d] float32
+        loss_sum -= tf.reduce_sum(weights) * _smoothed_entropy(label_value, off_value, vocab)
+        hidden_grad = tf.reshape(hidden_grads.stack(), [-1, d_model])[:rows]  # [n, d] float32
 
         def gradients(upstream: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             return (tf.cast(upstream * hidden_grad, hidden.dtype),

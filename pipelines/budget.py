@@ -121,12 +121,17 @@ class TrainingClock(tf.Module):
             warmup_steps=round(float(self.warmup_steps.numpy())),
             learning_rate_scale=float(self.learning_rate_scale.numpy()))
 
-    def calibrated(self, timed_updates: int) -> bool:
-        """Whether enough updates were timed to plan (with a budget and no plan yet)."""
+    def calibration_time_spent(self) -> bool:
+        """Whether this worker's clock has spent CALIBRATION_SHARE of the budget."""
+        return self.elapsed() >= CALIBRATION_SHARE * (self.budget_seconds or float("inf"))
+
+    def calibrated(self, timed_updates: int, time_spent: bool) -> bool:
+        """Whether enough updates were timed to plan (with a budget and no plan yet):
+        CALIBRATION_UPDATES, or 2 once `time_spent` (`calibration_time_spent`, agreed by all
+        workers)."""
         if self.budget_seconds is None or self.planned:
             return False
-        spent = self.elapsed() >= CALIBRATION_SHARE * self.budget_seconds
-        return timed_updates >= CALIBRATION_UPDATES or (timed_updates >= 2 and spent)
+        return timed_updates >= CALIBRATION_UPDATES or (timed_updates >= 2 and time_spent)
 
     def plan(self, train: TrainConfig, step: int, seconds_per_update: float,
              reserve: float = 0.0) -> Recipe:

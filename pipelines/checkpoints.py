@@ -37,7 +37,7 @@ from keras_transformer.config import ModelConfig
 from pipelines import InputError
 from pipelines.files import atomic_open
 from pipelines.paths import CHECKPOINT_NAME, MODEL_RECORD, RunPaths
-from pipelines.strategy import any_worker, is_chief, task_id
+from pipelines.strategy import is_chief, task_id
 
 if TYPE_CHECKING:
     from pipelines.budget import TrainingClock
@@ -365,12 +365,16 @@ class CheckpointSaver:
         self.clock.restored()
         return step
 
-    def due(self, step: int, every_steps: int) -> bool:
+    def minutes_due(self) -> bool:
+        """Whether train.checkpoint_every_minutes have passed since the last save, on this
+        worker's clock (`pipelines.strategy.any_worker` agrees it)."""
         minutes = self.settings.checkpoint_every_minutes
-        if every_steps and step % every_steps == 0:
-            return True
-        elapsed = time.monotonic() - self.last_save
-        return bool(minutes) and any_worker(self.strategy, elapsed >= 60 * minutes)
+        return bool(minutes) and time.monotonic() - self.last_save >= 60 * minutes
+
+    @staticmethod
+    def due(step: int, every_steps: int, minutes_due: bool) -> bool:
+        """Whether to save at `step`: every `every_steps`, or when `minutes_due`."""
+        return minutes_due or bool(every_steps and step % every_steps == 0)
 
     def save(self, step: int) -> None:
         """Saves checkpoint `step`; a failed save (a full disk) leaves no part of it.

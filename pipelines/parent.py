@@ -14,10 +14,13 @@ import dataclasses
 import json
 from pathlib import Path
 
+import keras
+
 from keras_transformer.tokenizer import PAD_ID
 from pipelines import InputError
 from pipelines.checkpoints import (check_complete, check_recorded_architecture,
-                                   check_vocabulary, default_checkpoint, file_sha256)
+                                   check_vocabulary, default_checkpoint, file_sha256,
+                                   restore_model)
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open
 from pipelines.models import run_tokenizer
@@ -125,3 +128,37 @@ def recorded_parent(paths: RunPaths) -> str | None:
         return json.loads(paths.checkpoint_parent.read_text())["init_from"]
     except FileNotFoundError:
         return None
+
+
+def start_from_parent(config: PipelineConfig, start_step: int, model: keras.Model,
+                      chief: bool) -> str | None:
+    """A fine-tuning run without checkpoints starts from its parent's weights, loaded into
+    `model` (the optimizer and the schedule start afresh); one with checkpoints (resumed at
+    `start_step`) resumes from them, which must descend from the parent that `train.init_from`
+    names. Returns the parent checkpoint the run descends from, if any; only the `chief`
+    records or forgets it.
+
+    Raises:
+        InputError: the checkpoints descend from another parent, or the parent cannot be
+            fine-tuned (`find_parent`, `check_parent_vocabulary`).
+    """
+    init_from, paths = config.train.init_from, RunPaths(config.run_path)
+    recorded = recorded_parent(paths)
+    if start_step and init_from is not None:
+        named = Path(init_from).resolve()
+        if recorded is None or not (named == Path(recorded) or named in Path(recorded).parents):
+            origin = f"fine-tuned from {recorded}" if recorded else "trained from scratch"
+            raise InputError(f"{FIELD}: {init_from}: {paths.checkpoints} holds a run {origin} "
+                             f"(step {start_step:,}); move it away to fine-tune from {init_from}")
+    if start_step:
+        return recorded
+    if init_from is None:
+        if chief:  # a record of a fine-tuning whose checkpoints were moved away
+            paths.checkpoint_parent.unlink(missing_ok=True)
+        return None
+    parent = find_parent(config)
+    check_parent_vocabulary(parent, paths)
+    restore_model(model, parent.checkpoint)
+    if chief:
+        record_parent(paths, parent)
+    return str(Path(parent.checkpoint).resolve())

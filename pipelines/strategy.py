@@ -10,8 +10,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
+from typing import Sequence
 
 import tensorflow as tf
+
+from pipelines import InputError
 
 
 def cluster_spec() -> dict[str, list[str]]:
@@ -55,19 +59,26 @@ def task_id(strategy: tf.distribute.Strategy) -> str:
     return f"{strategy.cluster_resolver.task_type}-{strategy.cluster_resolver.task_id}"
 
 
-def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
-    """True when `flag` is true in any worker: decisions taken from a worker's own clock
-    (a checkpoint every N minutes) must agree, or the workers' collectives would diverge."""
-    return mean_over_workers(strategy, float(flag)) > 0
+def any_worker(strategy: tf.distribute.Strategy, flags: Sequence[bool]) -> tuple[bool, ...]:
+    """Each of `flags` true where it is true in any worker, in one collective: decisions taken
+    from a worker's own clock (a checkpoint every N minutes, the budget) must agree, or the
+    workers' collectives would diverge (a hang). Every worker must call it at the same point."""
+    return tuple(mean > 0 for mean in _mean_over_replicas(strategy, [float(f) for f in flags]))
 
 
 def mean_over_workers(strategy: tf.distribute.Strategy, value: float) -> float:
     """The mean of a per-worker measurement over all workers (`value` itself on one machine),
     so that decisions taken from it agree everywhere."""
+    return _mean_over_replicas(strategy, [value])[0]
+
+
+def _mean_over_replicas(strategy: tf.distribute.Strategy, values: list[float]) -> list[float]:
+    """Each value's mean over all workers (every replica of a worker holds its value)."""
     if not is_multi_worker(strategy):
-        return value
-    values = strategy.run(lambda: tf.constant(value, tf.float32))
-    return float(strategy.reduce(tf.distribute.ReduceOp.MEAN, values, axis=None))
+        return values
+    per_replica = strategy.run(lambda: tf.constant(values, tf.float32))  # [len(values)]
+    return [float(mean) for mean in
+            strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None).numpy()]
 
 
 def chief_value(strategy: tf.distribute.Strategy, value: float) -> float:
@@ -78,6 +89,24 @@ def chief_value(strategy: tf.distribute.Strategy, value: float) -> float:
     share = value / len(strategy.extended.worker_devices) if is_chief(strategy) else 0.0
     values = strategy.run(lambda: tf.constant(share, tf.float32))
     return float(strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None))
+
+
+def check_same_step_as_chief(strategy: tf.distribute.Strategy, step: int,
+                             checkpoints: Path) -> None:
+    """Refuses to train when the workers restored different steps: each reads `checkpoints`,
+    which must be the chief's directory on a filesystem that every worker shares.
+
+    Raises:
+        InputError: on every worker, naming this worker's step and the chief's.
+    """
+    chief_step = round(chief_value(strategy, float(step)))
+    (differs,) = any_worker(strategy, [step != chief_step])
+    if differs:
+        whose = ("another worker restored another step than the chief's "
+                 f"{chief_step:,}" if is_chief(strategy) else
+                 f"{task_id(strategy)} restored step {step:,}, the chief step {chief_step:,}")
+        raise InputError(f"{checkpoints}: {whose}; every worker must read the chief's "
+                         f"checkpoints: put the run directory on a filesystem all workers share")
 
 
 def exit_worker(status: int) -> None:

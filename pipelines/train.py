@@ -34,15 +34,17 @@ from pipelines import InputError
 from pipelines.budget import TrainingClock
 from pipelines.checkpoints import CheckpointSaver, restore_model
 from pipelines.config import PipelineConfig
-from pipelines.data import any_pair_fits, make_dataset
+from pipelines.data import any_pair_fits, bucket_boundaries, make_dataset
 from pipelines.files import check_writable
 from pipelines.models import run_tokenizer
-from pipelines.parent import check_parent_vocabulary, find_parent, recorded_parent, record_parent
+from pipelines.parent import start_from_parent
 from pipelines.paths import RunPaths
 from pipelines.progress import Progress
-from pipelines.strategy import (any_worker, chief_value, is_chief, is_multi_worker,
-                                make_strategy, mean_over_workers, strategy_name)
+from pipelines.strategy import (any_worker, check_same_step_as_chief, chief_value, is_chief,
+                                is_multi_worker, make_strategy, mean_over_workers,
+                                strategy_name)
 from pipelines.tensorboard import write_scalars
+from pipelines.train_report import TrainSummary, Window
 from pipelines.trainer import Trainer
 from pipelines.validation import Validator
 
@@ -51,54 +53,6 @@ DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 
 class TrainingDiverged(RuntimeError):
     """The loss or the gradients became NaN or Inf; no checkpoint holds the bad weights."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainSummary:
-    """What a train run did."""
-
-    run_dir: Path
-    strategy: str
-    replicas: int
-    start_step: int  # the checkpoint resumed from; 0 for a fresh run
-    step: int
-    loss: float  # over the last logging window
-    tokens_per_second: float  # real target tokens, after the first (compiling) step
-    dev_loss: float | None
-    dev_bleu: float | None
-    checkpoint: str | None
-    seconds: float  # the stage's wall time, over all its invocations
-    multi_worker: bool
-    dtype: str  # the Keras dtype policy trained in (`auto` resolved)
-    dtype_reason: str  # why that policy, e.g. "mixed_bfloat16: the CPU has amx_bf16 and ..."
-    ended_by: str = "steps"  # or "budget": train.max_minutes ended it before train.steps
-    budget_minutes: float | None = None
-    planned_steps: int | None = None  # steps of the recipe followed (compressed by a budget)
-    warmup_steps: int | None = None
-    learning_rate_scale: float | None = None
-    init_from: str | None = None  # the parent checkpoint of a fine-tuning run
-
-    def format(self) -> str:
-        """The summary as the CLI prints it."""
-        resumed = f"resumed at step {self.start_step:,}, " if self.start_step else ""
-        lines = [f"trained {self.run_dir} to step {self.step:,} ({resumed}{self.strategy}, "
-                 f"{self.replicas} replica(s)) in {self.seconds:.0f} s"]
-        if self.init_from:
-            lines.append(f"  parent    {self.init_from} (fine-tuned from its weights)")
-        lines += [
-                 f"  loss      {self.loss:.4f} (train)" + (
-                     f", {self.dev_loss:.4f} (dev)" if self.dev_loss is not None else ""),
-                 f"  speed     {self.tokens_per_second:,.0f} target tokens/s",
-                 f"  dtype     {self.dtype_reason}"]
-        if self.dev_bleu is not None:
-            lines.append(f"  dev BLEU  {self.dev_bleu:.2f} (greedy)")
-        if self.ended_by == "budget":
-            lines.append(f"  budget    {self.budget_minutes:g} min ended training at step "
-                         f"{self.step:,}: a {self.planned_steps:,}-step recipe, warm-up "
-                         f"{self.warmup_steps:,}, learning-rate scale "
-                         f"{self.learning_rate_scale:.3f}")
-        lines.append(f"  saved     {self.checkpoint}")
-        return "\n".join(lines)
 
 
 def train(config: PipelineConfig, *, strategy: tf.distribute.Strategy | None = None,
@@ -140,11 +94,16 @@ class TrainingRun:
         self.saver = CheckpointSaver(self.trainer.model, self.trainer.optimizer, self.clock,
                                      self.strategy, self.settings, self.paths)
         self.start_step = self.saver.restore()
-        self.init_from = self._init_from_parent(chief=is_chief(self.strategy))
+        check_same_step_as_chief(self.strategy, self.start_step, self.paths.checkpoints)
+        self.skipped_updates = 0  # by loss scaling
+        self.init_from = start_from_parent(config, self.start_step, self.trainer.model,
+                                           chief=is_chief(self.strategy))
         self.recipe = self.clock.recipe(self.settings)
         self._planned_at = (self.clock.elapsed(), self.start_step)  # when and where planned
         self.dataset = self.strategy.distribute_datasets_from_function(
             dataset_fn or train_dataset_fn(config, seed=config.data.seed + self.start_step))
+        # The run's own batches take one shape per length bucket (XLA compiles for each).
+        self._batch_shapes = None if dataset_fn else len(bucket_boundaries(config.data.max_length))
         self.trainer.compile(self.dataset.element_spec)
         chief = is_chief(self.strategy)
         self.validator = Validator(config, self.trainer.model, tokenizer) if chief else None
@@ -152,33 +111,6 @@ class TrainingRun:
                        else tf.summary.create_noop_writer())
         self.progress = Progress(self.recipe.steps, enabled=chief, elapsed=self.clock.elapsed,
                                  budget_seconds=self.clock.budget_seconds)
-
-    def _init_from_parent(self, chief: bool) -> str | None:
-        """A fine-tuning run without checkpoints starts from its parent's weights (the
-        optimizer and the schedule start afresh); one with checkpoints resumes from them, which
-        must descend from the parent that `train.init_from` names. Returns the parent
-        checkpoint the run descends from, if any."""
-        init_from = self.settings.init_from
-        recorded = recorded_parent(self.paths)
-        if self.start_step and init_from is not None:
-            named = Path(init_from).resolve()
-            if recorded is None or not (named == Path(recorded) or named in Path(recorded).parents):
-                origin = f"fine-tuned from {recorded}" if recorded else "trained from scratch"
-                raise InputError(f"train.init_from: {init_from}: {self.paths.checkpoints} holds "
-                                 f"a run {origin} (step {self.start_step:,}); move it away "
-                                 f"to fine-tune from {init_from}")
-        if self.start_step:
-            return recorded
-        if init_from is None:
-            if chief:  # a record of a fine-tuning whose checkpoints were moved away
-                self.paths.checkpoint_parent.unlink(missing_ok=True)
-            return None
-        parent = find_parent(self.config)
-        check_parent_vocabulary(parent, self.paths)
-        restore_model(self.trainer.model, parent.checkpoint)
-        if chief:
-            record_parent(self.paths, parent)
-        return str(Path(parent.checkpoint).resolve())
 
     def run(self) -> TrainSummary:
         """Trains to the recipe's steps or to the budget, validating, logging and saving."""
@@ -199,41 +131,40 @@ class TrainingRun:
                                   f"{self.start_step:,} ({self.clock.elapsed() / 60:.1f} min "
                                   f"spent)")
         iterator = iter(self.dataset)
-        window, overall = _Window(), _Window()
+        window, overall = Window(), Window()
         step, loss = self.start_step, math.nan
-        out_of_time = self.clock.seconds_left() <= 0
+        (out_of_time,) = any_worker(self.strategy, [self.clock.seconds_left() <= 0])
         if out_of_time:
             self.progress.message(f"the {self.settings.max_minutes:g}-minute budget is spent")
         while step < self.recipe.steps and not out_of_time:
             step_started = time.monotonic()
             batches = tuple(next(iterator) for _ in range(self.settings.accumulate_steps))
+            self._log_compilations(batches)
             step_loss, tokens, finite = self.trainer.train_step(batches)
             step_loss, tokens = float(step_loss), float(tokens)
-            if not bool(finite):
-                raise TrainingDiverged(
-                    f"non-finite loss or gradient at step {step + 1:,} (loss {step_loss}); the "
-                    f"last good checkpoint is {self.saver.latest or 'none (none saved yet)'}")
+            if not self._applied(step, step_loss, bool(finite)):
+                continue
             seconds = time.monotonic() - step_started
             window.add(step_loss, tokens, seconds)
-            if self.trainer.step == step:  # mixed_float16 skipped an update that overflowed
-                continue
             step = self.trainer.step
             if step == self.start_step + 1:
                 self.progress.begin(step)  # the rate leaves out the compiling step
             else:
                 overall.add(step_loss, tokens, seconds)
-            if self.clock.calibrated(overall.updates):
+            calibration_spent, out_of_time, minutes_due = any_worker(
+                self.strategy, self._clock_flags(overall.seconds_per_update() or seconds))
+            if self.clock.calibrated(overall.updates, calibration_spent):
                 self._plan(step, overall.seconds_per_update())
-            out_of_time = self._out_of_time(overall.seconds_per_update() or seconds)
             last = step >= self.recipe.steps or out_of_time
             logging = step % self.settings.log_every_steps == 0 or last
             self._show(step, window, logging)
             if logging:
                 loss = window.mean_loss()
-                window = _Window()
+                window = Window()
             if self.validator is not None:
                 self.validator.maybe_run(step, last, self.recipe, self.writer, self.progress)
-            if last or self.saver.due(step, self.recipe.checkpoint_every_steps):
+            if last or self.saver.due(step, self.recipe.checkpoint_every_steps,
+                                      minutes_due):
                 self.saver.save(step)
                 if not last:
                     self._replan(step)
@@ -253,7 +184,8 @@ class TrainingRun:
             ended_by="budget" if step < self.settings.steps else "steps",
             budget_minutes=self.settings.max_minutes or None,
             planned_steps=self.recipe.steps, warmup_steps=self.recipe.warmup_steps,
-            learning_rate_scale=self.recipe.learning_rate_scale, init_from=self.init_from)
+            learning_rate_scale=self.recipe.learning_rate_scale, init_from=self.init_from,
+            skipped_updates=self.skipped_updates, loss_scale=self.trainer.loss_scale())
 
     def _plan(self, step: int, seconds_per_update: float) -> None:
         """Compresses the recipe to the steps that fit the budget (the same on every worker)."""
@@ -280,14 +212,46 @@ class TrainingRun:
         self.recipe = self.clock.plan(self.settings, step, seconds_per_step, reserve)
         self.progress.total = self.recipe.steps
 
-    def _out_of_time(self, seconds_per_update: float) -> bool:
-        """Whether another update and the final validation would overrun the budget."""
-        if self.clock.budget_seconds is None:
-            return False
-        needed = seconds_per_update + (self.validator.seconds if self.validator else 0.0)
-        return any_worker(self.strategy, self.clock.seconds_left() < needed)
+    def _log_compilations(self, batches: tuple) -> None:
+        """Under XLA, a line for each batch shape met for the first time (it compiles)."""
+        for source, target in self.trainer.new_compiled_shapes(batches):
+            self.progress.message(
+                f"XLA: compiling the update for batches of {source[0]} x {source[1]} source, "
+                f"{target[1]} target tokens (shape {len(self.trainer.compiled_shapes)}"
+                f"{f' of at most {self._batch_shapes}' if self._batch_shapes else ''})")
 
-    def _show(self, step: int, window: _Window, logging: bool) -> None:
+    def _applied(self, step: int, loss: float, finite: bool) -> bool:
+        """Whether the update after `step` was applied: False where mixed_float16's loss
+        scaling skipped it (every replica's gradients are checked together).
+
+        Raises:
+            TrainingDiverged: a non-finite loss, non-finite gradients without loss scaling, or
+                with a loss scale fallen below 1 (no scale makes them finite).
+        """
+        scale = self.trainer.loss_scale()
+        if finite and math.isfinite(loss):
+            return True
+        if not finite and scale is not None and scale >= 1:
+            self.skipped_updates += 1
+            self.progress.message(f"step {step + 1:,}: float16 gradients overflowed; update "
+                                  f"skipped, loss scale lowered to {scale:g}")
+            return False
+        scaled = f", loss scale {scale:g}" if scale is not None else ""
+        raise TrainingDiverged(
+            f"non-finite loss or gradient at step {step + 1:,} (loss {loss}{scaled}); the last "
+            f"good checkpoint is {self.saver.latest or 'none (none saved yet)'}")
+
+    def _clock_flags(self, seconds_per_update: float) -> tuple[bool, bool, bool]:
+        """This worker's clock's verdicts (any_worker agrees them): the calibration share of
+        the budget spent; another update and the final validation would overrun the budget;
+        a checkpoint due by minutes."""
+        budget = self.clock.budget_seconds
+        needed = seconds_per_update + (self.validator.seconds if self.validator else 0.0)
+        return (budget is not None and self.clock.calibration_time_spent(),
+                budget is not None and self.clock.seconds_left() < needed,
+                self.saver.minutes_due())
+
+    def _show(self, step: int, window: Window, logging: bool) -> None:
         """The progress line after every update; TensorBoard scalars at logging steps."""
         loss, rate = window.mean_loss(), window.tokens_per_second()
         learning_rate = self.trainer.learning_rate()
@@ -311,30 +275,7 @@ def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         return make_dataset(shards, paths.spm_model, batch_tokens=data.batch_tokens,
                             max_length=data.max_length, shuffle_buffer=data.shuffle_buffer,
-                            seed=seed, repeat=True, input_context=context)
+                            seed=seed, repeat=True, input_context=context,
+                            one_bucket_per_batch=config.train.jit_compile)
 
     return dataset_fn
-
-
-class _Window:
-    """Token-weighted mean loss and training throughput over some steps."""
-
-    def __init__(self) -> None:
-        self.loss_sum = self.tokens = self.seconds = 0.0
-        self.updates = 0
-
-    def add(self, loss: float, tokens: float, seconds: float) -> None:
-        self.loss_sum += loss * tokens
-        self.tokens += tokens
-        self.seconds += seconds
-        self.updates += 1
-
-    def seconds_per_update(self) -> float:
-        return self.seconds / max(self.updates, 1)
-
-    def mean_loss(self) -> float:
-        return self.loss_sum / max(self.tokens, 1.0)
-
-    def tokens_per_second(self) -> float:
-        """Real target tokens per second of training (validation and saving left out)."""
-        return self.tokens / max(self.seconds, 1e-9)

@@ -3,16 +3,17 @@
 An update sums `accumulate_steps` batches per replica; the loss is the label-smoothed
 cross-entropy summed over real target tokens and divided by the real target tokens of the whole
 update, all-reduced over replicas, so N replicas make the update one replica makes on the union
-of their batches. mixed_float16 adds dynamic loss scaling; `train.jit_compile` compiles the
-forward and backward passes with XLA (once per batch shape).
+of their batches. mixed_float16 adds dynamic loss scaling, whose skip-or-apply verdict is
+taken once for all replicas and workers. `train.jit_compile` compiles the forward and backward
+passes with XLA, once per batch shape, with the loss in chunks of rows as without XLA (no
+[batch, time, vocab] logits).
 """
 from __future__ import annotations
 
 import keras
 import tensorflow as tf
 
-from keras_transformer.losses import (label_smoothed_cross_entropy,
-                                      projected_label_smoothed_cross_entropy)
+from keras_transformer.losses import projected_label_smoothed_cross_entropy
 from keras_transformer.schedules import paper_optimizer
 from keras_transformer.tokenizer import PAD_ID
 from pipelines.budget import TrainingClock
@@ -59,6 +60,11 @@ class Trainer:
         self._gradients = (tf.function(self._batch_gradients, jit_compile=True)
                            if config.train.jit_compile else self._batch_gradients)
         self.train_step: tf.types.experimental.GenericFunction | None = None
+        self.compiled_shapes: set[tuple[tuple[int, ...], ...]] = set()  # by XLA, this worker
+
+    def loss_scale(self) -> float | None:
+        """The dynamic loss scale of mixed_float16 (None without loss scaling)."""
+        return float(self.optimizer.dynamic_scale.numpy()) if self.loss_scaling else None
 
     @property
     def step(self) -> int:
@@ -71,9 +77,27 @@ class Trainer:
     def compile(self, element_spec) -> None:
         """Compiles `train_step` for per-replica batches of `element_spec` (a distributed
         dataset's): it takes a tuple of accumulate_steps batches and returns (mean loss,
-        real target tokens, whether the loss and gradients were finite), all global."""
+        real target tokens, whether every replica's gradients were finite), all global. With
+        loss scaling a non-finite step is skipped everywhere and the loss scale halved; without,
+        it is applied and the caller must stop (`pipelines.train` does, before saving)."""
         specs = (element_spec,) * self.config.train.accumulate_steps
         self.train_step = tf.function(self._distributed_step, input_signature=[specs])
+
+    def new_compiled_shapes(self, batches: tuple[Batch, ...]) -> list[tuple[tuple[int, ...], ...]]:
+        """The ([batch, source], [batch, target]) shapes among this worker's replicas'
+        `batches` that XLA has not compiled the update for yet, from now on counted as
+        compiled; always empty without `train.jit_compile`."""
+        if not self.config.train.jit_compile:
+            return []
+        new = []
+        for batch in batches:
+            for source, target in zip(*(self.strategy.experimental_local_results(batch[key])
+                                        for key in ("source_ids", "target_ids"))):
+                shape = (tuple(source.shape), tuple(target.shape))
+                if shape not in self.compiled_shapes:
+                    self.compiled_shapes.add(shape)
+                    new.append(shape)
+        return new
 
     def _distributed_step(self, batches: tuple[Batch, ...]) -> tuple[tf.Tensor, ...]:
         results = self.strategy.run(self._replica_step, args=(batches,))
@@ -92,11 +116,12 @@ class Trainer:
             loss_sum += batch_loss
             batch_grads = [tf.convert_to_tensor(g) for g in batch_grads]  # dense
             grads = batch_grads if grads is None else [a + b for a, b in zip(grads, batch_grads)]
-        finite = tf.math.is_finite(tf.linalg.global_norm(grads)) | self.loss_scaling
+        finite = _all_finite(context, grads)
+        if self.loss_scaling:
+            grads = _agree_on_overflow(grads, finite)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         loss = context.all_reduce(tf.distribute.ReduceOp.SUM, loss_sum) / global_tokens
-        bad = context.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32))
-        return loss, global_tokens, tf.math.is_finite(loss) & (bad == 0)
+        return loss, global_tokens, finite
 
     def _batch_gradients(self, source_ids: tf.Tensor, target_ids: tf.Tensor,
                          global_tokens: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
@@ -105,15 +130,33 @@ class Trainer:
         smoothing = self.model.model_config.label_smoothing
         inputs = {"source_ids": source_ids, "target_ids": target_ids[:, :-1]}
         with tf.GradientTape() as tape:
-            if self.config.train.jit_compile:  # XLA plans the buffers of whole logits itself
-                logits = self.model(inputs, training=True)  # [b, t - 1, vocab] float32
-                loss_sum, _ = label_smoothed_cross_entropy(labels, logits, smoothing, PAD_ID)
-            else:
-                hidden = self.model.features(inputs, training=True)  # [b, t - 1, d_model]
-                loss_sum, _ = projected_label_smoothed_cross_entropy(
-                    labels, hidden, self.model.embedding.embeddings, smoothing, PAD_ID)
+            hidden = self.model.features(inputs, training=True)  # [b, t - 1, d_model]
+            loss_sum, _ = projected_label_smoothed_cross_entropy(
+                labels, hidden, self.model.embedding.embeddings, smoothing, PAD_ID,
+                static_shapes=self.config.train.jit_compile)
             scaled = self.optimizer.scale_loss(loss_sum / global_tokens)
         return loss_sum, tape.gradient(scaled, self.model.trainable_variables)
+
+
+def _all_finite(context: tf.distribute.ReplicaContext, grads: list[tf.Tensor]) -> tf.Tensor:
+    """Whether every replica's gradients (of every worker) are finite: one verdict, the same
+    on all of them. A scalar bool."""
+    local = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+    overflowed = context.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(local, tf.float32))
+    return overflowed == 0
+
+
+def _agree_on_overflow(grads: list[tf.Tensor], finite: tf.Tensor) -> list[tf.Tensor]:
+    """`grads` with NaN in the first gradient where another replica's overflowed.
+
+    LossScaleOptimizer decides to skip the update from the gradients it is given, before they
+    are all-reduced: under MirroredStrategy replica 0's verdict is taken for all, under
+    MultiWorkerMirroredStrategy each worker takes its own, and one that applies enters the
+    all-reduce that another skipped (a hang). Poisoned by the agreed verdict, every replica's
+    gradients say the same, so all skip (the loss scale halved) or all apply.
+    """
+    poison = tf.where(finite, 0.0, float("nan"))
+    return [grads[0] + tf.cast(poison, grads[0].dtype), *grads[1:]]
 
 
 def _real_tokens(labels: tf.Tensor) -> tf.Tensor:

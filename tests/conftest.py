@@ -1,12 +1,26 @@
 """Shared fixtures: the demo corpus prepared once per session (about 10 s); a trained tiny
-translator and its exports (about 40 s, tests/export_helpers.py)."""
+translator and its exports (about 40 s, tests/export_helpers.py).
+
+The suite runs on CPU-only and GPU hosts alike: on a GPU, TensorFlow computes float32 matmuls
+in true float32 (not TF32, whose 10-bit mantissa would break the exact parity of TensorFlow
+with ONNX Runtime and CTranslate2 on the CPU), and this process and every subprocess take GPU
+memory as they need it (not all of it at start, which would starve the next process).
+"""
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
 
 from pipelines.config import load_config
 from pipelines.prepare import PrepareSummary, prepare
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"  # inherited by subprocesses
+    import tensorflow as tf
+
+    tf.config.experimental.enable_tensor_float_32_execution(False)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Subprocess of tests/test_train.py: splits the CPU into 2 logical devices (before TF starts),
+"""Subprocess of tests/test_train.py: splits the CPU into 2 logical devices (before TF starts;
+GPUs hidden),
 then trains the same updates three ways from the same initial weights and prints JSON:
 
 * `merged`: 1 replica on the merged batches (one per update);
@@ -20,16 +21,15 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0],
-    [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+from tiny_run import dataset_fn, merged, synthetic_halves, use_two_logical_cpus
+
+use_two_logical_cpus()
 
 from keras_transformer.schedules import TransformerSchedule  # noqa: E402
 from keras_transformer.tokenizer import Tokenizer  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.strategy import make_strategy  # noqa: E402
 from pipelines.train import TrainingRun  # noqa: E402
-from tiny_run import dataset_fn, merged, synthetic_halves  # noqa: E402
 
 Weights = dict[str, list[np.ndarray]]  # "key_bias" | "other" -> arrays
 

@@ -169,3 +169,21 @@ def test_two_workers_read_disjoint_shards(sharded):
     assert seen[0] == sharded["expected"](i for i in range(4000) if i % 2 == 0)
     assert seen[1] == sharded["expected"](i for i in range(4000) if i % 2 == 1)
     assert not seen[0] & seen[1]
+
+
+def test_one_bucket_per_batch_gives_one_shape_per_bucket_and_every_pair(demo):
+    """XLA's batches: both sides padded to the longer side's bucket, so that endless batches
+    take at most one shape per bucket (what the trainer compiles for)."""
+    seen, shapes = collections.Counter(), set()
+    dataset = batches(demo, max_length=64, one_bucket_per_batch=True)
+    for batch in dataset:
+        source, target = batch["source_ids"], batch["target_ids"]
+        assert source.shape[1] == target.shape[1] and source.shape[1] in bucket_boundaries(64)
+        seen.update(rows(batch))
+    assert seen == expected_pairs(demo, max_length=64)
+    for batch in batches(demo, max_length=64, one_bucket_per_batch=True, repeat=True).take(300):
+        shapes.add((*batch["source_ids"].shape, batch["target_ids"].shape[1]))
+    assert len(shapes) <= len(bucket_boundaries(64))
+    src, tgt = padding_efficiency(dataset)
+    print(f"one bucket per batch: padding efficiency {src:.3f} / {tgt:.3f}")
+    assert src >= 0.75 and tgt >= 0.75

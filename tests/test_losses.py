@@ -1,4 +1,5 @@
 import math
+import re
 
 import numpy as np
 import pytest
@@ -85,3 +86,44 @@ def test_projected_loss_in_graph_and_bfloat16_hidden(bfloat16_runs):
     np.testing.assert_allclose(float(compiled(hidden)), float(expected), rtol=1e-5)
     low = float(compiled(tf.cast(hidden, tf.bfloat16)))
     np.testing.assert_allclose(low, float(expected), rtol=2e-2)
+
+
+def _largest_vocab_tensor(hlo: str, vocab: int) -> int:
+    """Elements of the largest f32 tensor with a vocab-sized dimension in HLO text."""
+    sizes = [math.prod(int(d) for d in dims.split(","))
+             for dims in re.findall(r"f32\[([\d,]+)\]", hlo) if str(vocab) in dims.split(",")]
+    return max(sizes)
+
+
+def test_under_xla_no_tensor_holds_every_rows_logits():
+    """jit_compile's loss: chunks of rows as without XLA, never [batch, time, vocab] logits
+    (nor their one-hot targets); the whole-logits loss does hold them (the check can fail)."""
+    rng = np.random.default_rng(2)
+    batch, time, d_model, vocab = 16, 125, 32, 8000  # 2,000 rows, chunks of 524
+    hidden = tf.constant(rng.normal(size=(batch, time, d_model)).astype(np.float32))
+    table = tf.constant(rng.normal(size=(vocab, d_model)).astype(np.float32) * 0.1)
+    labels = rng.integers(1, vocab, (batch, time)).astype(np.int32)
+    labels[:, 100:] = 0  # padding
+    labels = tf.constant(labels)
+
+    def gradients(loss_fn):
+        def compute(hidden, table):
+            with tf.GradientTape() as tape:
+                tape.watch([hidden, table])
+                loss, _ = loss_fn(hidden, table)
+            return loss, tape.gradient(loss, [hidden, table])
+        return tf.function(compute, jit_compile=True)
+
+    chunked = gradients(lambda h, t: projected_label_smoothed_cross_entropy(
+        labels, h, t, 0.1, static_shapes=True, chunk_elements=2 ** 22))
+    whole = gradients(lambda h, t: label_smoothed_cross_entropy(
+        labels, tf.matmul(h, t, transpose_b=True), 0.1))
+    rows_logits = batch * time * vocab
+    hlo = chunked.experimental_get_compiler_ir(hidden, table)(stage="optimized_hlo")
+    assert _largest_vocab_tensor(hlo, vocab) <= 2 ** 22
+    whole_hlo = whole.experimental_get_compiler_ir(hidden, table)(stage="optimized_hlo")
+    assert _largest_vocab_tensor(whole_hlo, vocab) >= rows_logits
+    (loss, grads), (expected, expected_grads) = chunked(hidden, table), whole(hidden, table)
+    np.testing.assert_allclose(float(loss), float(expected), rtol=1e-5)
+    for got, want in zip(grads, expected_grads):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)

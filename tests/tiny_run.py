@@ -99,3 +99,36 @@ def dataset_fn(batches: list[dict[str, np.ndarray]]):
 
 def _pad(ids: np.ndarray, length: int) -> np.ndarray:
     return np.pad(ids, [(0, 0), (0, max(0, length - ids.shape[1]))])
+
+
+def use_two_logical_cpus() -> None:
+    """Hides any GPU and splits the CPU into 2 logical devices (before TensorFlow starts), so
+    that `make_strategy()` gives 2 replicas on every host, GPU or not."""
+    import tensorflow as tf
+
+    tf.config.set_visible_devices([], "GPU")
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0],
+        [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+
+
+def overflow_replica_1_at(update: int) -> None:
+    """Makes replica 1's gradients (worker 1's under MultiWorkerMirroredStrategy) infinite at
+    the first try of update `update` (counted from 1), as float16 overflow would: patches
+    `Trainer._batch_gradients` in this process. A skipped try halves the loss scale, so the
+    next try of that update is left alone."""
+    import tensorflow as tf
+
+    from pipelines.trainer import Trainer
+
+    original = Trainer._batch_gradients
+
+    def overflowing(self, source_ids, target_ids, global_tokens):
+        loss, grads = original(self, source_ids, target_ids, global_tokens)
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        first_try = self.optimizer.dynamic_scale == self.optimizer.initial_scale
+        overflow = (self.optimizer.iterations == update - 1) & first_try & (replica == 1)
+        factor = tf.where(overflow, float("inf"), 1.0)
+        return loss, [tf.convert_to_tensor(g) * tf.cast(factor, g.dtype) for g in grads]
+
+    Trainer._batch_gradients = overflowing

@@ -1,0 +1,84 @@
+"""What the train stage reports: the summary of a run (`TrainSummary`) and the throughput and
+mean loss of a window of updates (`Window`)."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSummary:
+    """What a train run did."""
+
+    run_dir: Path
+    strategy: str
+    replicas: int
+    start_step: int  # the checkpoint resumed from; 0 for a fresh run
+    step: int
+    loss: float  # over the last logging window
+    tokens_per_second: float  # real target tokens, after the first (compiling) step
+    dev_loss: float | None
+    dev_bleu: float | None
+    checkpoint: str | None
+    seconds: float  # the stage's wall time, over all its invocations
+    multi_worker: bool
+    dtype: str  # the Keras dtype policy trained in (`auto` resolved)
+    dtype_reason: str  # why that policy, e.g. "mixed_bfloat16: the CPU has amx_bf16 and ..."
+    ended_by: str = "steps"  # or "budget": train.max_minutes ended it before train.steps
+    budget_minutes: float | None = None
+    planned_steps: int | None = None  # steps of the recipe followed (compressed by a budget)
+    warmup_steps: int | None = None
+    learning_rate_scale: float | None = None
+    init_from: str | None = None  # the parent checkpoint of a fine-tuning run
+    skipped_updates: int = 0  # skipped by mixed_float16's loss scaling (gradients overflowed)
+    loss_scale: float | None = None  # mixed_float16's dynamic loss scale at the end
+
+    def format(self) -> str:
+        """The summary as the CLI prints it."""
+        resumed = f"resumed at step {self.start_step:,}, " if self.start_step else ""
+        lines = [f"trained {self.run_dir} to step {self.step:,} ({resumed}{self.strategy}, "
+                 f"{self.replicas} replica(s)) in {self.seconds:.0f} s"]
+        if self.init_from:
+            lines.append(f"  parent    {self.init_from} (fine-tuned from its weights)")
+        lines += [
+                 f"  loss      {self.loss:.4f} (train)" + (
+                     f", {self.dev_loss:.4f} (dev)" if self.dev_loss is not None else ""),
+                 f"  speed     {self.tokens_per_second:,.0f} target tokens/s",
+                 f"  dtype     {self.dtype_reason}"]
+        if self.dev_bleu is not None:
+            lines.append(f"  dev BLEU  {self.dev_bleu:.2f} (greedy)")
+        if self.ended_by == "budget":
+            lines.append(f"  budget    {self.budget_minutes:g} min ended training at step "
+                         f"{self.step:,}: a {self.planned_steps:,}-step recipe, warm-up "
+                         f"{self.warmup_steps:,}, learning-rate scale "
+                         f"{self.learning_rate_scale:.3f}")
+        if self.loss_scale is not None:
+            lines.append(f"  float16   loss scale {self.loss_scale:g}; {self.skipped_updates:,} "
+                         f"update(s) skipped where the gradients overflowed")
+        lines.append(f"  saved     {self.checkpoint}")
+        return "\n".join(lines)
+
+
+
+class Window:
+    """Token-weighted mean loss and training throughput over some steps."""
+
+    def __init__(self) -> None:
+        self.loss_sum = self.tokens = self.seconds = 0.0
+        self.updates = 0
+
+    def add(self, loss: float, tokens: float, seconds: float) -> None:
+        self.loss_sum += loss * tokens
+        self.tokens += tokens
+        self.seconds += seconds
+        self.updates += 1
+
+    def seconds_per_update(self) -> float:
+        return self.seconds / max(self.updates, 1)
+
+    def mean_loss(self) -> float:
+        return self.loss_sum / max(self.tokens, 1.0)
+
+    def tokens_per_second(self) -> float:
+        """Real target tokens per second of training (validation and saving left out)."""
+        return self.tokens / max(self.seconds, 1e-9)

@@ -9,7 +9,8 @@ padded to bucket boundaries) when runs/NAME is prepared, else synthetic batches 
 shapes (the output says which). They are taken once, beforehand (the input pipeline is not
 timed), and every variant trains its own model through `pipelines.trainer.Trainer` (the compiled
 update, under the machine's strategy) on them. Variants: float32 and mixed_bfloat16 without XLA,
-and the dtype that `model.dtype: auto` chooses here if it is neither; `--xla` adds each with XLA.
+mixed_float16 where it is native, and the dtype that `model.dtype: auto` chooses here if it is
+none of them; `--xla` adds each with XLA.
 mixed_bfloat16 is skipped, with the reason, where `keras_transformer.precision.resolve_dtype`
 refuses it (ONEDNN_MAX_CPU_ISA caps oneDNN below the CPU's bfloat16 instructions).
 
@@ -39,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import ModelConfig
-from keras_transformer.precision import resolve_dtype
+from keras_transformer.precision import detect, resolve_dtype
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from pipelines.config import PipelineConfig, load_config
 from pipelines.data import bucket_boundaries
@@ -103,6 +104,14 @@ def synthetic_dataset_fn(config: PipelineConfig, seed: int = 0) -> DatasetFn:
         ).repeat().prefetch(tf.data.AUTOTUNE)
 
     return make
+
+
+def native_float16() -> bool:
+    """Whether this machine runs float16 natively: a GPU of compute capability 7.0 or higher
+    (tensor cores), or a CPU with AVX512-FP16 (oneDNN's float16)."""
+    hardware = detect()
+    return any(capability >= (7, 0) for capability in hardware.gpu_capabilities) or \
+        "avx512_fp16" in hardware.cpu_flags
 
 
 def time_updates(run_update: Callable[[int], float], steps: int) -> Timing:
@@ -240,11 +249,15 @@ def main() -> None:
                                          args.steps)
     peaks: dict[str, float] = {}  # compute dtype -> matmul GFLOP/s
     faults: dict[str, float] = {}  # variant -> page faults per update
-    for dtype in dict.fromkeys((*DTYPES, auto_dtype)):
+    for dtype in dict.fromkeys((*DTYPES, "mixed_float16", auto_dtype)):
         try:
             resolve_dtype(dtype)
         except ValueError as error:
             print(f"{dtype:20s} skipped: {error}", flush=True)
+            continue
+        if dtype == "mixed_float16" and not native_float16():
+            print(f"{dtype:20s} skipped: no GPU of compute capability 7.0+ nor a CPU with "
+                  f"avx512_fp16 (float16 would run emulated)", flush=True)
             continue
         compute_dtype = keras.mixed_precision.Policy(dtype).compute_dtype
         if compute_dtype not in peaks:

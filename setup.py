@@ -30,6 +30,10 @@ setup(
         "test": ["pytest==9.2.0"],
         # Training writes its event files with core TF; the viewer is optional.
         "tensorboard": ["tensorboard==2.21.0"],
+        # `make setup GPU=1`: the same TensorFlow wheel with CUDA 12 and cuDNN 9 as NVIDIA's pip
+        # wheels (pinned in constraints-gpu.txt, which also says why onnxruntime stays the CPU
+        # package). CTranslate2's wheel already runs on CUDA 12.
+        "gpu": ["tensorflow[and-cuda]==2.21.0"],
     },
     entry_points={"console_scripts": ["keras-transformer=pipelines.cli:main"]},
 )

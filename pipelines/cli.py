@@ -1,4 +1,4 @@
-"""`keras-transformer`: the command line, one subcommand per pipeline stage.
+"""`keras-transformer`: the command line, one subcommand per pipeline stage, and `doctor`.
 
 Each subcommand loads the config and calls its stage's function; bad input (a config or a
 corpus) prints one line to stderr and exits with status 2.
@@ -88,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     visualize.add_argument("sentence", help="the source sentence to translate and plot")
     visualize.add_argument("--output", default="attention", help="directory of the PNG files")
     visualize.set_defaults(handler=_visualize)
+    doctor = commands.add_parser(
+        "doctor", help="versions, GPUs, CPU flags, dtype and strategy, for a bug report; "
+        "status 1 when this install cannot compute")
+    doctor.set_defaults(handler=_doctor)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
@@ -95,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(args.config)
             if _reads_corpus(args, config):
                 check_corpus_files(args.config, config)
-        if args.command != "translate":  # which may run on ONNX Runtime, without TensorFlow
+        # translate may run on ONNX Runtime, without TensorFlow; doctor reports a failed import
+        if args.command not in ("translate", "doctor"):
             import_tensorflow_quietly()
         return args.handler(args)
     except (InputError, ExportError) as error:
@@ -138,6 +143,7 @@ def _train(args: argparse.Namespace) -> int:
     from pipelines.strategy import cluster_spec, exit_worker
     from pipelines.train import TrainingDiverged, train
 
+    _warn_unused_gpu_driver("train", "training")
     status = 0
     try:
         print(train(load_config(args.config)).format())
@@ -183,6 +189,7 @@ def _translate(args: argparse.Namespace) -> int:
         prefixes = _read_prefixes(Path(args.prefix_file), lines, runtime, directory, args)
     if runtime == "tf":
         import_tensorflow_quietly()
+        _warn_unused_gpu_driver("translate", "translating")
     translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
     if prefixes is not None:
         translations = translator.prefixed_lines(lines, prefixes, args.batch_size)
@@ -252,6 +259,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pipelines.run import report, run
 
+    _warn_unused_gpu_driver("run", "running")
     config = load_config(args.config)
     run(config, start=args.start, only=args.only)
     print(report(config))
@@ -264,6 +272,24 @@ def _visualize(args: argparse.Namespace) -> int:
     for path in visualize(Path(args.model_dir), args.sentence, Path(args.output)):
         print(path)
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from pipelines.doctor import diagnose
+
+    report = diagnose()
+    print(report.format())
+    return report.status
+
+
+def _warn_unused_gpu_driver(command: str, doing: str) -> None:
+    """One stderr line when an NVIDIA driver is present but TensorFlow lists no GPU."""
+    from pipelines.gpu import unused_driver_warning
+
+    warning = unused_driver_warning()
+    if warning:
+        print(f"keras-transformer {command}: warning: {warning}; {doing} on the CPU",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":

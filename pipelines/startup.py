@@ -6,7 +6,7 @@ custom operations are on", "Could not find cuda drivers"), and listing the devic
 without an NVIDIA GPU an ERROR "failed call to cuInit" (CUDA_VISIBLE_DEVICES="" or -1 does not
 prevent it). `import_tensorflow_quietly` does both with stderr captured, then writes back all
 but those lines: absl lines below TF_CPP_MIN_LOG_LEVEL, absl's notice about them, and the cuInit
-error where the machine has no NVIDIA device. Later warnings and errors are untouched.
+error where the machine has no NVIDIA driver. Later warnings and errors are untouched.
 """
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import os
 import re
 import sys
 import tempfile
-from pathlib import Path
 from typing import Callable, Iterator
+
+from pipelines.gpu import nvidia_driver_present
 
 ABSL_LINE = re.compile(rb"([IWEF])\d{4} [\d:.]+ +\d+ [^\]]*\] ")  # I0000 00:00:17.5  42 a.cc:1]
 SEVERITIES = b"IWEF"  # INFO, WARNING, ERROR, FATAL: TF_CPP_MIN_LOG_LEVEL 0 to 3
@@ -30,7 +31,7 @@ def import_tensorflow_quietly() -> None:
         min_level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
     except ValueError:
         min_level = 0
-    nvidia = Path("/proc/driver/nvidia").exists() or Path("/dev/nvidia0").exists()
+    nvidia = nvidia_driver_present()
     with filtered_stderr(lambda line: is_noise(line, min_level, nvidia)):
         import tensorflow as tf
 

@@ -18,9 +18,10 @@ import numpy as np
 
 from export.versions import staging_directory
 from pipelines import InputError
-from pipelines.checkpoints import (check_vocabulary, checkpoint_step, model_checkpoint,
-                                   record_model, replace_directory, restore_model,
-                                   tf_write_errors, training_checkpoints)
+from pipelines.checkpoint_files import (checkpoint_step, replace_directory, tf_write_errors,
+                                        training_checkpoints)
+from pipelines.checkpoint_records import check_vocabulary, record_model
+from pipelines.checkpoints import model_checkpoint, restore_model
 from pipelines.config import PipelineConfig
 from pipelines.files import check_writable
 from pipelines.models import build_model, run_tokenizer

@@ -28,7 +28,7 @@ import export
 from export.saved_model import WARMUP_TEXT, export_saved_model
 from export.versions import staging_directory
 from pipelines import InputError
-from pipelines.checkpoints import replace_directory, tf_write_errors
+from pipelines.checkpoint_files import replace_directory, tf_write_errors
 from pipelines.config import EXPORT_FORMATS, PipelineConfig
 from pipelines.files import atomic_open, check_writable
 from pipelines.models import load_model_for_inference, run_translator

@@ -21,10 +21,8 @@ Example:
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from pathlib import Path
 from typing import Callable
 
 import keras
@@ -32,7 +30,7 @@ import tensorflow as tf
 
 from pipelines import InputError
 from pipelines.budget import TrainingClock
-from pipelines.checkpoints import CheckpointSaver, restore_model
+from pipelines.checkpoints import CheckpointSaver
 from pipelines.config import PipelineConfig
 from pipelines.data import any_pair_fits, bucket_boundaries, make_dataset
 from pipelines.files import check_writable

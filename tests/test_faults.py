@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from pipelines.checkpoints import checkpoint_problem, checkpoint_step, training_checkpoints
+from pipelines.checkpoint_files import checkpoint_problem, checkpoint_step, training_checkpoints
 from pipelines.cli import main
 from pipelines.config import load_config
 from pipelines.paths import RunPaths

@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras_transformer.config import PRESETS
 from pipelines import InputError
 from pipelines.cli import main
-from pipelines.checkpoints import checkpoint_step, training_checkpoints
+from pipelines.checkpoint_files import checkpoint_step, training_checkpoints
 from pipelines.config import ConfigError, ModelSection, load_config
 from pipelines.data import bucket_boundaries
 from pipelines.paths import RunPaths

@@ -82,7 +82,8 @@ def _translate_ids_function(runtime: str, model_dir: Path, threads: int
 
         return translate_ids
     if runtime.startswith("onnx"):
-        from export.onnx_runtime import INT8_MODEL_FILE, MODEL_FILE, OnnxTranslator
+        from export.metadata import INT8_MODEL_FILE, MODEL_FILE
+        from export.onnx_runtime import OnnxTranslator
 
         model_file = INT8_MODEL_FILE if runtime == "onnx-int8" else MODEL_FILE
         run = OnnxTranslator(model_dir, threads, model_file).translate_ids
@@ -124,7 +125,8 @@ def find_model(config_name: str, scratch: Path,
     """(the model directory of each runtime, what the model is), exporting if needed; a
     SavedModel of a dtype the export's is not (float32, or mixed_bfloat16 when `runtimes`
     asks for it) is built from the run's checkpoint."""
-    from export.saved_model import export_saved_model, read_metadata
+    from export.metadata import saved_model_metadata
+    from export.saved_model import export_saved_model
     from export.versions import latest_version
     from pipelines.config import load_config
     from pipelines.models import load_model_for_inference, run_translator
@@ -159,7 +161,7 @@ def find_model(config_name: str, scratch: Path,
         export_ctranslate2(SavedModelTranslator(version).rebuild(), ct2_dir)
     directories = {"onnx": onnx_dir, "onnx-int8": onnx_dir, "ct2-float32": ct2_dir,
                    "ct2-int8": ct2_dir}
-    exported = read_metadata(version).get("dtype", "float32")
+    exported = saved_model_metadata(version).dtype
     for runtime, dtype in SAVED_MODEL_DTYPES.items():
         if dtype == exported:
             directories[runtime] = version
@@ -175,18 +177,13 @@ def _export_random(config, directory: Path) -> tuple[Path, Path]:
 
     from export.onnx import export_onnx
     from export.saved_model import export_saved_model
-    from export.translator import Translator
     from keras_transformer.tokenizer import Tokenizer
-    from pipelines.models import build_model
+    from pipelines.models import build_model, run_translator
 
     keras.utils.set_random_seed(0)
     model_proto = RunPaths(config.run_path).spm_model.read_bytes()
     model = build_model(config, Tokenizer(model_proto).vocab_size, "float32")
-    settings = config.evaluate
-    translator = Translator(model, model_proto, beam_size=settings.beam_size,
-                            alpha=settings.alpha, stop=settings.stop,
-                            max_source_length=config.data.max_length,
-                            extra_length=settings.extra_length)
+    translator = run_translator(config, model)
     export_onnx(translator, directory / "onnx")
     return export_saved_model(translator, directory / "saved_model"), directory / "onnx"
 

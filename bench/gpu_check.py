@@ -75,10 +75,9 @@ def check_config(work: Path, name: str, steps: int) -> PipelineConfig:
     """The config of run `name` under `work`: the tiny preset in `auto` on bible:en-fr."""
     config = {
         "name": name, "run_dir": str(work / name),
-        "data": {"source": "bible:en-fr", "vocab_size": 1000, "max_length": 64,
-                 "batch_tokens": 4096},
+        "data": {"source": "bible:en-fr", "vocab_size": 1000, "max_length": 64},
         "model": {"preset": "tiny", "dtype": "auto"},
-        "train": {"steps": steps, "max_minutes": 0, "warmup_steps": 100,
+        "train": {"batch_tokens": 4096, "steps": steps, "max_minutes": 0, "warmup_steps": 100,
                   "log_every_steps": LOSS_WINDOW, "checkpoint_every_steps": 0,
                   "checkpoint_every_minutes": 0, "keep_checkpoints": 1, "average_last": 1,
                   "validate_every_steps": 0, "bleu_every_steps": 0},
@@ -136,8 +135,9 @@ def saved_model_check(config: PipelineConfig, lines: list[str], device: str) -> 
     if grown <= 0:
         raise CheckFailed(f"no memory of {device} was allocated during the search: it ran on "
                           f"the CPU")
-    return (f"{len(lines)} sentences in {seconds:.1f} s (beam {translator.metadata['beam_size']}"
-            f"), {grown / 2**20:,.1f} MiB more on {device} at the peak")
+    beam = translator.metadata.settings.beam_size
+    return (f"{len(lines)} sentences in {seconds:.1f} s (beam {beam}), {grown / 2**20:,.1f} MiB "
+            f"more on {device} at the peak")
 
 
 def onnx_cuda_check(config: PipelineConfig, lines: list[str]) -> str:
@@ -145,7 +145,8 @@ def onnx_cuda_check(config: PipelineConfig, lines: list[str]) -> str:
     import onnxruntime
     import tensorflow as tf
 
-    from export.onnx_runtime import MODEL_FILE, OnnxTranslator, session_options
+    from export.metadata import MODEL_FILE
+    from export.onnx_runtime import OnnxTranslator, session_options
     from export.text import encode_text
 
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():

@@ -123,7 +123,8 @@ def write_config(workdir: Path) -> Path:
     config = {"name": "scale", "run_dir": str(workdir / "runs" / "scale"),
               "data": {"source": "files", "train": {"src": "corpus.en", "tgt": "corpus.fr"},
                        "vocab_size": 37000, "vocab_type": "bpe", "max_length": MAX_LENGTH,
-                       "batch_tokens": BATCH_TOKENS, "holdout": 3000}}
+                       "holdout": 3000},
+              "train": {"batch_tokens": BATCH_TOKENS}}
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 

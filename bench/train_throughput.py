@@ -4,7 +4,7 @@ uses the machine.
 
     .venv/bin/python bench/train_throughput.py [CONFIG] [--steps N] [--xla]
 
-Batches: the run's train split as the trainer reads it (data.batch_tokens per replica batch,
+Batches: the run's train split as the trainer reads it (train.batch_tokens per replica batch,
 padded to bucket boundaries) when runs/NAME is prepared, else synthetic batches of demo-like
 shapes (the output says which). They are taken once, beforehand (the input pipeline is not
 timed), and every variant trains its own model through `pipelines.trainer.Trainer` (the compiled
@@ -43,10 +43,10 @@ from keras_transformer.config import ModelConfig
 from keras_transformer.precision import detect, resolve_dtype
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from pipelines.config import PipelineConfig, load_config
-from pipelines.data import bucket_boundaries
+from pipelines.buckets import bucket_boundaries
 from pipelines.paths import RunPaths
 from pipelines.strategy import make_strategy
-from pipelines.train import DatasetFn, train_dataset_fn
+from pipelines.train_data import DatasetFn, train_dataset_fn
 from pipelines.trainer import Trainer
 
 from flops import MATMUL_SIZE, Update, matmul_peak, update_flops  # bench/flops.py
@@ -89,7 +89,7 @@ def synthetic_dataset_fn(config: PipelineConfig, seed: int = 0) -> DatasetFn:
     for _ in range(500):
         length = int(np.clip(rng.normal(SYNTHETIC_MEAN_LENGTH, 15), 4, config.data.max_length))
         padded = next(bound for bound in bounds if bound >= length)
-        rows = config.data.batch_tokens // padded
+        rows = config.train.batch_tokens // padded
         ids = rng.integers(4, SYNTHETIC_VOCAB, (rows, padded), dtype=np.int32)  # [rows, len]
         ids[:, 0] = BOS_ID
         real = np.clip(rng.normal(0.9 * padded, 2, rows).astype(int), 3, padded)  # [rows]
@@ -237,7 +237,7 @@ def main() -> None:
     else:
         source = f"synthetic batches of demo-like shapes ({config.run_path} is not prepared)"
         vocab_size, dataset_fn = SYNTHETIC_VOCAB, synthetic_dataset_fn(config)
-    print(f"model {config.model.preset}, batches of {config.data.batch_tokens} tokens from "
+    print(f"model {config.model.preset}, batches of {config.train.batch_tokens} tokens from "
           f"{source}; {args.steps} timed updates per variant after {WARMUP_UPDATES} warm-up "
           f"updates (with XLA, one per batch shape)", flush=True)
     auto_dtype, auto_reason = resolve_dtype("auto")
@@ -276,7 +276,7 @@ def main() -> None:
                   f"{peak:,.0f} | {timing.format_usage()} | warm-up {warmup} updates "
                   f"{warmup_seconds:.0f} s", flush=True)
     model_config = config.model.model_config(vocab_size=vocab_size, pad_id=PAD_ID)
-    batch = (config.data.batch_tokens // REFERENCE_TIME, REFERENCE_TIME)
+    batch = (config.train.batch_tokens // REFERENCE_TIME, REFERENCE_TIME)
     reference = measure_keras_reference(model_config, batch, args.steps, config.train.seed)
     reference_faults = max(reference.page_faults_per_update, 1.0)
     ratios = ", ".join(f"{name} {count / reference_faults:.1f}x"

@@ -12,19 +12,18 @@ Example:
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import ctranslate2
 import sentencepiece as spm
 
 from export import ExportError
 from export.lines import decode_line, normalize_spaces, translate_in_batches
+from export.metadata import METADATA_FILE, SPM_FILE, ExportMetadata
 
 QUANTIZATIONS = ("float32", "int8")  # the models an export writes, one directory each
-SPM_FILE, METADATA_FILE = "spm.model", "translator.json"
 LINE_BREAK_PIECES, SPACE_PIECE = ("<0x0A>", "<0x0D>"), "<0x20>"
 
 
@@ -43,7 +42,7 @@ class CTranslate2Translator:
         if quantization not in QUANTIZATIONS:
             raise ExportError(f"unknown CTranslate2 quantization {quantization!r}; choose from "
                               f"{', '.join(QUANTIZATIONS)}")
-        self.metadata: dict[str, Any] = json.loads((self.directory / METADATA_FILE).read_text())
+        self.metadata = ExportMetadata.read(self.directory / METADATA_FILE)
         self.processor = spm.SentencePieceProcessor(model_file=str(self.directory / SPM_FILE))
         self.translator = ctranslate2.Translator(
             str(self.directory / quantization), device="cpu", compute_type=quantization,
@@ -53,7 +52,7 @@ class CTranslate2Translator:
 
     def translate(self, texts: Sequence[str | bytes]) -> list[str]:
         """One batch of lines -> their translations."""
-        limit = self.metadata["max_source_length"] - 1
+        limit = self.metadata.settings.max_source_length - 1
         sources = [self.processor.encode(normalize_spaces(decode_line(text)),
                                          out_type=str)[:limit] for text in texts]
         return [self._detokenize(pieces) for pieces in self.translate_pieces(sources)]
@@ -66,11 +65,11 @@ class CTranslate2Translator:
         if not real:
             return translations
         longest = max(len(sources[i]) + 1 for i in real)  # EOS included
+        settings = self.metadata.settings
         results = self.translator.translate_batch(
-            [sources[i] for i in real], beam_size=self.metadata["beam_size"],
-            length_penalty=self.metadata["alpha"], max_input_length=0,
-            max_decoding_length=min(longest + self.metadata["extra_length"],
-                                    self.metadata["model"]["max_length"]))
+            [sources[i] for i in real], beam_size=settings.beam_size,
+            length_penalty=settings.alpha, max_input_length=0,
+            max_decoding_length=settings.output_limit(longest, self.metadata.model.max_length))
         for i, result in zip(real, results):
             translations[i] = result.hypotheses[0]
         return translations

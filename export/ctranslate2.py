@@ -16,7 +16,6 @@ per batch (the longest source + extra_length) where ours is per sentence
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,8 @@ from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 
 from export import ExportError
-from export.ct2_runtime import METADATA_FILE, QUANTIZATIONS, SPM_FILE
+from export.ct2_runtime import QUANTIZATIONS
+from export.metadata import METADATA_FILE, SPM_FILE
 from export.translator import Translator
 from keras_transformer.layers.positional_encoding import sinusoidal_table
 from keras_transformer.model import Transformer
@@ -101,7 +101,7 @@ def export_ctranslate2(translator: Translator, directory: Path,
     paths[SPM_FILE] = directory / SPM_FILE
     paths[SPM_FILE].write_bytes(translator.spm_model_proto)
     paths[METADATA_FILE] = directory / METADATA_FILE
-    paths[METADATA_FILE].write_text(json.dumps(translator.metadata(), indent=2) + "\n")
+    translator.metadata().write(paths[METADATA_FILE])
     return paths
 
 

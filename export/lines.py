@@ -4,7 +4,10 @@ from __future__ import annotations
 import codecs
 import re
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from export.metadata import ExportMetadata
 
 L, T = TypeVar("L"), TypeVar("T")  # a line (or line and prefix); its translation
 
@@ -44,10 +47,10 @@ def translate_in_batches(translate_batch: Callable[[list[L]], Sequence[T]],
 
 
 def prefix_problem(lines: Sequence[str], prefixes: Sequence[str], spm_model: Path,
-                   metadata: dict) -> str | None:
+                   metadata: ExportMetadata) -> str | None:
     """What keeps `prefixes` (one per line) from being forced, or None: a count other than the
-    lines', or a prefix of more pieces than its line's translation may have (source tokens +
-    extra_length, at most the model's max_length; `metadata`: an export's translator.json)."""
+    lines', or a prefix of more pieces than its line's translation may have (the export's
+    `DecodingSettings.output_limit`)."""
     if len(prefixes) != len(lines):
         return f"{len(prefixes)} prefixes for {len(lines)} lines"
     import sentencepiece as spm
@@ -56,9 +59,10 @@ def prefix_problem(lines: Sequence[str], prefixes: Sequence[str], spm_model: Pat
     for number, (line, prefix) in enumerate(zip(lines, prefixes), 1):
         if not prefix.strip():
             continue
+        settings = metadata.settings
         source = min(len(processor.encode(normalize_spaces(line))) + 1,
-                     metadata["max_source_length"])
-        limit = min(source + metadata["extra_length"], metadata["model"]["max_length"])
+                     settings.max_source_length)
+        limit = settings.output_limit(source, metadata.model.max_length)
         pieces = len(processor.encode(normalize_spaces(prefix)))
         if pieces > limit:
             return (f"line {number}: the prefix has {pieces} pieces, more than the {limit} "

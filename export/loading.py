@@ -8,12 +8,13 @@ ONNX runtime path imports no TensorFlow (see `export.onnx_runtime`).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from export import ExportError
-from export.onnx_runtime import METADATA_FILE, TRANSLATOR_FILE
+from export.metadata import (EXPORT_AGAIN, METADATA_FILE, SAVED_MODEL_EXTRA, SAVED_MODEL_GRAPH,
+                             SPM_FILE, TRANSLATOR_FILE, ExportMetadata, saved_model_metadata,
+                             unreadable)
 from export.versions import latest_version, versions
 
 if TYPE_CHECKING:
@@ -21,11 +22,7 @@ if TYPE_CHECKING:
     from export.translator import Translator
 
 RUNTIME_FORMATS = {"tf": "saved_model", "onnx": "onnx", "ct2": "ctranslate2"}  # runtime -> format
-# The files of a complete SavedModel version (export.saved_model writes them; named here so
-# that this module imports no TensorFlow).
-SAVED_MODEL_GRAPH, SAVED_MODEL_METADATA = "saved_model.pb", "assets.extra/translator.json"
-SAVED_MODEL_SPM = "assets.extra/spm.model"
-EXPORT_AGAIN = "run `keras-transformer export` again"
+SAVED_MODEL_METADATA = f"{SAVED_MODEL_EXTRA}/{METADATA_FILE}"  # of a complete version
 
 
 class LineTranslator(Protocol):
@@ -76,7 +73,7 @@ def open_translator(path: Path, runtime: str | None = None,
     if runtime == "ct2":
         from export.ct2_runtime import CTranslate2Translator
 
-        exported = _read_metadata(directory.parent / METADATA_FILE)["beam_size"]
+        exported = ExportMetadata.read(directory.parent / METADATA_FILE).settings.beam_size
         if beam_size not in (None, exported):
             raise ExportError(f"{directory}: exported with beam {exported}; set evaluate."
                              f"beam_size: {beam_size} and re-export, or use --runtime tf")
@@ -84,14 +81,14 @@ def open_translator(path: Path, runtime: str | None = None,
     if runtime == "onnx":
         from export.onnx_runtime import OnnxTranslator
 
-        exported = _read_metadata(directory / METADATA_FILE)["beam_size"]
+        exported = ExportMetadata.read(directory / METADATA_FILE).settings.beam_size
         if beam_size not in (None, exported):
             raise ExportError(f"{directory}: exported with beam {exported}; set evaluate."
                              f"beam_size: {beam_size} and re-export, or use --runtime tf")
         _check_onnx(directory / TRANSLATOR_FILE)
         return OnnxTranslator(directory)
     translator = open_saved_model(directory)
-    if beam_size in (None, translator.metadata["beam_size"]):
+    if beam_size in (None, translator.metadata.settings.beam_size):
         return translator
     return rebuild_translator(translator, beam_size=beam_size)
 
@@ -106,13 +103,13 @@ def open_saved_model(version_dir: Path) -> SavedModelTranslator:
 
     from export.saved_model import SavedModelTranslator
 
-    _read_metadata(version_dir / SAVED_MODEL_METADATA)
+    saved_model_metadata(version_dir)
     try:
         return SavedModelTranslator(version_dir)
     except OSError:  # TF's "Cannot parse file ...saved_model.pb"
-        raise _unreadable(version_dir / SAVED_MODEL_GRAPH) from None
+        raise unreadable(version_dir / SAVED_MODEL_GRAPH) from None
     except (tf.errors.OpError, IndexError):  # reading its variables
-        raise _unreadable(version_dir / "variables") from None
+        raise unreadable(version_dir / "variables") from None
 
 
 def rebuild_translator(translator: SavedModelTranslator, **settings: Any) -> Translator:
@@ -124,24 +121,14 @@ def rebuild_translator(translator: SavedModelTranslator, **settings: Any) -> Tra
     """
     from keras_transformer.tokenizer import Tokenizer
 
-    path = translator.version_dir / SAVED_MODEL_SPM
+    path = translator.version_dir / SAVED_MODEL_EXTRA / SPM_FILE
     try:
         Tokenizer(path.read_bytes())
     except FileNotFoundError:
         raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
     except (RuntimeError, ValueError):  # SentencePiece cannot parse it
-        raise _unreadable(path) from None
+        raise unreadable(path) from None
     return translator.rebuild(**settings)
-
-
-def _read_metadata(path: Path) -> dict[str, Any]:
-    """An export's translator.json (decoding settings, model config)."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
-    except ValueError:  # not UTF-8, not JSON
-        raise _unreadable(path) from None
 
 
 def _check_onnx(path: Path) -> None:
@@ -153,8 +140,4 @@ def _check_onnx(path: Path) -> None:
     try:
         onnx.load_model(str(path), load_external_data=False)
     except DecodeError:
-        raise _unreadable(path) from None
-
-
-def _unreadable(path: Path) -> ExportError:
-    return ExportError(f"{path}: unreadable (truncated or corrupt); {EXPORT_AGAIN}")
+        raise unreadable(path) from None

@@ -41,12 +41,12 @@ from tf2onnx.handler import tf_op
 
 from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants, quantize_int8,
                                sink_initializers)
-from export.onnx_runtime import INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, TRANSLATOR_FILE
+from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SPM_FILE,
+                             TRANSLATOR_FILE)
 from export.translator import TEXT_SPEC, Translator
 from keras_transformer.tokenizer import Tokenizer
 
 OPSET = 17
-SPM_FILE = "spm.model"
 # tf2onnx's optimizers in its order, without back-to-back (see above), those for ops these
 # graphs never hold (Upsample/Resize, DequantizeLinear, Q/DQ pairs, Einsum), and the global
 # pool one, whose GlobalAveragePool for a mean over the last axis hides layer norms from
@@ -82,13 +82,13 @@ def export_onnx(translator: Translator, directory: Path) -> dict[str, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = {name: directory / name for name in (MODEL_FILE, INT8_MODEL_FILE, TRANSLATOR_FILE,
                                                  SPM_FILE, METADATA_FILE)}
-    metadata = translator.metadata()
+    metadata = translator.metadata().to_dict()
     ids_model = convert(translator.translate_ids, metadata)
     onnx.save(ids_model, paths[MODEL_FILE])
     quantize_int8(paths[MODEL_FILE], paths[INT8_MODEL_FILE])
     onnx.save(text_model(translator, ids_model, metadata), paths[TRANSLATOR_FILE])
     paths[SPM_FILE].write_bytes(translator.spm_model_proto)
-    paths[METADATA_FILE].write_text(json.dumps(metadata, indent=2) + "\n")
+    translator.metadata().write(paths[METADATA_FILE])
     return paths
 
 

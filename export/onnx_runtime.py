@@ -23,9 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from export.lines import decode_line, translate_in_batches
-
-MODEL_FILE, TRANSLATOR_FILE, METADATA_FILE = "model.onnx", "translator.onnx", "translator.json"
-INT8_MODEL_FILE = "model_int8.onnx"
+from export.metadata import METADATA_FILE, MODEL_FILE, TRANSLATOR_FILE, ExportMetadata
 
 
 def session_options(threads: int | None = None) -> ort.SessionOptions:
@@ -58,7 +56,7 @@ class OnnxTranslator:
                  ids_model: str = MODEL_FILE) -> None:
         self.directory = Path(directory)
         self.threads, self.ids_model = threads, ids_model
-        self.metadata: dict[str, Any] = json.loads((self.directory / METADATA_FILE).read_text())
+        self.metadata = ExportMetadata.read(self.directory / METADATA_FILE)
 
     @functools.cached_property
     def ids_session(self) -> ort.InferenceSession:

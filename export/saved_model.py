@@ -17,7 +17,7 @@ temporary name (`.export-*`; TF Serving reads integer names only) and renamed in
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,16 +27,15 @@ import tensorflow as tf
 
 from export import ExportError
 from export.lines import translate_in_batches
+from export.metadata import METADATA_FILE, SAVED_MODEL_EXTRA, SPM_FILE, saved_model_metadata
 from export.serving.client import predict_request
 from export.text import encode_text
 from export.translator import Translator, nbest_pairs, prefixed_in_batches
 from export.versions import publish_version, staging_directory
-from keras_transformer.config import ModelConfig
 from keras_transformer.model import Transformer
 from keras_transformer.precision import resolve_dtype
 
 WARMUP_FILE = "tf_serving_warmup_requests"
-SPM_FILE, METADATA_FILE = "spm.model", "translator.json"
 WARMUP_TEXT = ("Hello.", "This is a test of the exported translator.")
 
 
@@ -63,7 +62,7 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
         extra.mkdir()
         write_warmup(extra / WARMUP_FILE, translator, warmup_text, model_name)
         (extra / SPM_FILE).write_bytes(translator.spm_model_proto)
-        (extra / METADATA_FILE).write_text(json.dumps(translator.metadata(), indent=2) + "\n")
+        translator.metadata().write(extra / METADATA_FILE)
         return publish_version(temporary, base_dir)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -80,18 +79,14 @@ def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
     requests += [predict_request(model_name, {"text": batch, "prefix": np.full_like(batch, "")},
                                  "translate_prefix") for batch in batches]
     requests += [predict_request(model_name, {"source_ids": encode_text(
-        tf.constant(batch), translator.spm_model_proto, translator.max_source_length)},
+        tf.constant(batch), translator.spm_model_proto,
+                                        translator.settings.max_source_length)},
         "translate_ids") for batch in batches]
     with tf.io.TFRecordWriter(str(path)) as writer:
         for request in requests:
             log = prediction_log_pb2.PredictionLog(
                 predict_log=prediction_log_pb2.PredictLog(request=request))
             writer.write(log.SerializeToString())
-
-
-def read_metadata(version_dir: Path) -> dict[str, Any]:
-    """The decoding settings and model config an export recorded."""
-    return json.loads((version_dir / "assets.extra" / METADATA_FILE).read_text())
 
 
 class SavedModelTranslator:
@@ -102,8 +97,8 @@ class SavedModelTranslator:
         """Raises ExportError for a bfloat16 export where oneDNN would abort on it (an
         ONEDNN_MAX_CPU_ISA cap below the CPU's bfloat16 instructions)."""
         self.version_dir = Path(version_dir)
-        self.metadata = read_metadata(self.version_dir)
-        self.dtype = self.metadata.get("dtype", "float32")  # older exports: float32
+        self.metadata = saved_model_metadata(self.version_dir)
+        self.dtype = self.metadata.dtype
         try:
             resolve_dtype(self.dtype)
         except ValueError as error:
@@ -144,16 +139,13 @@ class SavedModelTranslator:
                               f"export again")
         return self.loaded.signatures[name]
 
-    def rebuild(self, **settings: Any) -> Translator:
+    def rebuild(self, **changes: Any) -> Translator:
         """An in-process Translator with this version's weights, dtype policy and tokenizer,
-        and decoding settings (beam_size, alpha, stop, max_source_length, extra_length)
-        overridden (an export older than `stop` used tensor2tensor's "bound")."""
-        model = Transformer(ModelConfig(**self.metadata["model"]), dtype=self.dtype)
+        and its decoding settings with `changes` (DecodingSettings fields, e.g. beam_size=8)."""
+        model = Transformer(self.metadata.model, dtype=self.dtype)
         model.build()
         for variable, saved in zip(model.variables, self.loaded.model_variables, strict=True):
             variable.assign(saved)
-        defaults = {key: self.metadata[key]
-                    for key in ("beam_size", "alpha", "max_source_length", "extra_length")}
-        defaults["stop"] = self.metadata.get("stop", "bound")
-        spm_model_proto = (self.version_dir / "assets.extra" / SPM_FILE).read_bytes()
-        return Translator(model, spm_model_proto, **{**defaults, **settings})
+        spm_model_proto = (self.version_dir / SAVED_MODEL_EXTRA / SPM_FILE).read_bytes()
+        return Translator(model, spm_model_proto,
+                          dataclasses.replace(self.metadata.settings, **changes))

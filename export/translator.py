@@ -14,11 +14,11 @@ hypothesis without BOS, EOS included where it ended with one, PAD after. The sco
 summed log-probability divided by the GNMT length penalty (`keras_transformer.decoding`).
 
 Limits, so that any input gives a defined output (`keras_transformer.translate.decode_sources`,
-which both functions decode with):
-* a source is cut to `max_source_length` tokens (a text to its first max_source_length - 1
-  pieces, then EOS); the rest of a longer line is not translated;
-* a translation has at most source length + `extra_length` tokens (the paper's limit), and
-  at most the model's `max_length` (its positions);
+which both functions decode with, and the Translator's `DecodingSettings`):
+* a source is cut to `settings.max_source_length` tokens (a text to its first
+  max_source_length - 1 pieces, then EOS); the rest of a longer line is not translated;
+* a translation has at most source length + `settings.extra_length` tokens (the paper's
+  limit), and at most the model's `max_length` (its positions);
 * a source with no piece (an empty or whitespace-only line, an all-PAD row, a row of no
   time steps) translates to nothing (no ids, the empty string) with score 0; an empty batch
   gives empty outputs;
@@ -38,23 +38,24 @@ SentencePiece model is held as bytes and only the text function builds a tokeniz
 trace), so the ids function converts to ONNX alone.
 
 Example:
-    translator = Translator(model, Path("runs/demo/vocab/spm.model").read_bytes())
+    translator = Translator(model, Path("runs/demo/vocab/spm.model").read_bytes(),
+                            DecodingSettings(beam_size=4))
     translator.translate(tf.constant(["In the beginning."]))["translation"]  # [1] string
     translator.translate_lines(lines, batch_size=32)  # list[str], in the order of `lines`
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import tensorflow as tf
 
 from export.lines import translate_in_batches
 from export.text import encode_text
-from keras_transformer.decoding import STOP_RULES
+from export.metadata import ExportMetadata
+from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from keras_transformer.translate import (ALPHA, BEAM_SIZE, EXTRA_LENGTH, STOP,
-                                         decode_hypotheses, source_length_limit)
+from keras_transformer.translate import decode_hypotheses
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PREFIX_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
@@ -76,27 +77,15 @@ class Translator(tf.Module):
             CTranslate2 exports; a SavedModel may compute in mixed_bfloat16 or
             mixed_float16 where its server runs that natively).
         spm_model_proto: the bytes of the run's SentencePiece model.
-        beam_size: hypotheses kept per sentence (1: greedy search).
-        alpha: the length penalty exponent.
-        max_source_length: source tokens kept, EOS included (default and at most the
-            model's max_length).
-        extra_length: output tokens allowed beyond the source length.
-        stop: when a sentence's beam search ends (`keras_transformer.decoding.STOP_RULES`).
+        settings: the search and its limits (beam 4, alpha 0.6 by default); its
+            max_source_length is resolved against the model's max_length.
     """
 
-    def __init__(self, model: Transformer, spm_model_proto: bytes, *, beam_size: int = BEAM_SIZE,
-                 alpha: float = ALPHA, max_source_length: int | None = None,
-                 extra_length: int = EXTRA_LENGTH, stop: str = STOP,
+    def __init__(self, model: Transformer, spm_model_proto: bytes,
+                 settings: DecodingSettings = DecodingSettings(),
                  name: str = "translator") -> None:
         super().__init__(name=name)
-        if beam_size < 1 or alpha < 0 or extra_length < 0:
-            raise ValueError(f"need beam_size >= 1, alpha >= 0, extra_length >= 0; got "
-                             f"{beam_size}, {alpha}, {extra_length}")
-        if stop not in STOP_RULES:
-            raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}; got {stop!r}")
-        self.beam_size, self.alpha, self.extra_length = beam_size, alpha, extra_length
-        self.stop = stop
-        self.max_source_length = source_length_limit(model, max_source_length)
+        self.settings = settings.for_model(model.model_config.max_length)
         self.spm_model_proto = spm_model_proto
         self.model_variables = [variable.value for variable in model.variables]  # tf.Variable
         self._model = _Untracked(model)
@@ -105,13 +94,11 @@ class Translator(tf.Module):
     def model(self) -> Transformer:
         return self._model.value
 
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> ExportMetadata:
         """The decoding settings, the model config and its Keras dtype policy, as exports
         record them."""
-        return {"beam_size": self.beam_size, "alpha": self.alpha, "stop": self.stop,
-                "max_source_length": self.max_source_length, "extra_length": self.extra_length,
-                "model": self.model.model_config.to_dict(),
-                "dtype": self.model.dtype_policy.name}
+        return ExportMetadata(self.settings, self.model.model_config,
+                              self.model.dtype_policy.name)
 
     @tf.function(input_signature=[IDS_SPEC])
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -161,7 +148,7 @@ class Translator(tf.Module):
         """Graph code: UTF-8 lines [batch] -> source ids [batch, time]; a `text` that is not a
         vector is refused at run time (TF Serving does not check it)."""
         text = tf.ensure_shape(text, TEXT_SPEC.shape)
-        return encode_text(text, self.spm_model_proto, self.max_source_length)
+        return encode_text(text, self.spm_model_proto, self.settings.max_source_length)
 
     def search(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: source ids [batch, time] -> (target ids [batch, time], score [batch])."""
@@ -172,10 +159,7 @@ class Translator(tf.Module):
                    ) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: source ids [batch, time] (and forced target prefixes [batch, prefix])
         -> the n-best lists (target ids [batch, beam, time], scores [batch, beam])."""
-        return decode_hypotheses(self.model, source_ids, beam_size=self.beam_size,
-                                 alpha=self.alpha, max_source_length=self.max_source_length,
-                                 extra_length=self.extra_length, prefix_ids=prefix_ids,
-                                 stop=self.stop)
+        return decode_hypotheses(self.model, source_ids, self.settings, prefix_ids)
 
     def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""

@@ -62,11 +62,13 @@ from typing import Any, Callable, NamedTuple
 
 import tensorflow as tf
 
+from keras_transformer.decoding_settings import STOP_RULES, DecodingSettings
+
 Cache = dict[str, Any]
 SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
 
 NEG_INF = -1e9  # the score of an impossible hypothesis: finite, so no NaN from inf - inf
-STOP_RULES = ("full", "bound")  # when a sentence's beam search ends (module docstring)
+DEFAULTS = DecodingSettings()  # alpha and the stop rule, unless given
 
 
 class GreedyState(NamedTuple):
@@ -148,8 +150,8 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
 
 def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
                 max_decode_lengths: tf.Tensor, *, beam_size: int, bos_id: int, eos_id: int,
-                alpha: float = 0.6, pad_id: int = 0,
-                stop: str = "full") -> tuple[tf.Tensor, tf.Tensor]:
+                alpha: float = DEFAULTS.alpha, pad_id: int = 0,
+                stop: str = DEFAULTS.stop) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search with the GNMT length penalty (section 6.1: beam 4, alpha 0.6).
 
     Args:

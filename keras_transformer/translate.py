@@ -1,16 +1,18 @@
 """Source ids -> target ids with a Transformer: the paper's decoding (section 6.1) and its limits.
 
-    decode_sources(model, source_ids, *, beam_size=1, alpha=0.6, max_source_length=None,
-                   extra_length=50, stop="full")
+    decode_sources(model, source_ids, settings=DecodingSettings())
         -> target_ids int32 [batch, time], score float32 [batch]
-    decode_hypotheses(...) -> the n-best lists: ids int32 [batch, beam, time],
-                              scores float32 [batch, beam], best first
+    decode_hypotheses(model, source_ids, settings, prefix_ids=None)
+        -> the n-best lists: ids int32 [batch, beam, time], scores float32 [batch, beam],
+           best first
 
-`source_ids` are a source as training saw it: pieces, EOS, then PAD. Limits, so that any input
-gives a defined output:
-* a source is cut to `max_source_length` tokens (default and at most the model's max_length);
-* a translation has at most source length + `extra_length` tokens (the paper's limit), and at
-  most the model's max_length (its positions);
+`source_ids` are a source as training saw it: pieces, EOS, then PAD. `settings`
+(`keras_transformer.decoding_settings.DecodingSettings`: beam 4, alpha 0.6 by default; GREEDY
+for greedy search) set the search and its limits, so that any input gives a defined output:
+* a source is cut to `settings.max_source_length` tokens (default and at most the model's
+  max_length);
+* a translation has at most `settings.output_limit(source length, model max_length)` tokens:
+  source length + extra_length (the paper's limit), at most the model's positions;
 * a source with no piece (only PAD and EOS) translates to nothing (all PAD) with score 0.
 
 Every caller decodes through `decode_sources`: the exported Translator, dev BLEU during training,
@@ -21,36 +23,24 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.decoding import beam_search
+from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-BEAM_SIZE, ALPHA, EXTRA_LENGTH = 4, 0.6, 50  # section 6.1: output length <= input length + 50
-STOP = "full"  # a sentence's search ends when its beam has beam_size finished hypotheses
+GREEDY = DecodingSettings(beam_size=1)  # dev BLEU during training, attention maps
 PREFIX_KEY = "prefix_ids"  # the forced target prefix, carried in the decoding cache
 
 
-def source_length_limit(model: Transformer, max_source_length: int | None = None) -> int:
-    """Source tokens kept, EOS included: `max_source_length`, default (None or 0) and at most
-    the model's max_length."""
-    limit = model.model_config.max_length
-    return min(max_source_length or limit, limit)
-
-
-def decode_sources(model: Transformer, source_ids: tf.Tensor, *, beam_size: int = 1,
-                   alpha: float = ALPHA, max_source_length: int | None = None,
-                   extra_length: int = EXTRA_LENGTH,
-                   stop: str = STOP) -> tuple[tf.Tensor, tf.Tensor]:
+def decode_sources(model: Transformer, source_ids: tf.Tensor,
+                   settings: DecodingSettings = DecodingSettings()
+                   ) -> tuple[tf.Tensor, tf.Tensor]:
     """The best translation of each source, greedy (beam_size 1) or by beam search; eager or
     graph code.
 
     Args:
         model: the Transformer.
         source_ids: int [batch, time]: pieces, EOS, then PAD.
-        beam_size: hypotheses kept per sentence (a Python int; 1: greedy search).
-        alpha: the length penalty exponent, >= 0.
-        max_source_length: source tokens kept (`source_length_limit`).
-        extra_length: output tokens allowed beyond the source length.
-        stop: when a sentence's beam search ends (`decoding.STOP_RULES`).
+        settings: the search and its limits.
 
     Returns:
         target ids int32 [batch, time]: the best hypothesis without BOS, EOS included where it
@@ -58,16 +48,12 @@ def decode_sources(model: Transformer, source_ids: tf.Tensor, *, beam_size: int 
         divided by the GNMT length penalty, for greedy search too (`beam_search`). A source with
         no piece gives a row of PAD and score 0.
     """
-    ids, scores = decode_hypotheses(model, source_ids, beam_size=beam_size, alpha=alpha,
-                                    max_source_length=max_source_length,
-                                    extra_length=extra_length, stop=stop)
+    ids, scores = decode_hypotheses(model, source_ids, settings)
     return ids[:, 0], scores[:, 0]
 
 
-def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, *, beam_size: int = 1,
-                      alpha: float = ALPHA, max_source_length: int | None = None,
-                      extra_length: int = EXTRA_LENGTH, prefix_ids: tf.Tensor | None = None,
-                      stop: str = STOP) -> tuple[tf.Tensor, tf.Tensor]:
+def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
+                      prefix_ids: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """Like `decode_sources`, but every hypothesis of the final beam, best first (the n-best
     list): target ids int32 [batch, beam, time] and scores float32 [batch, beam].
 
@@ -76,20 +62,20 @@ def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, *, beam_size: i
     goes on from them; a row of PAD forces nothing, so a sentence decodes exactly as without
     it. A prefix is cut at the sentence's maximum output length.
     """
+    max_length = model.model_config.max_length
     source_ids = tf.cast(source_ids, tf.int32)
-    source_ids = source_ids[:, :source_length_limit(model, max_source_length)]  # [batch, source]
+    source_ids = source_ids[:, :settings.source_limit(max_length)]  # [batch, source]
     is_real = source_ids != PAD_ID  # [batch, source]
     lengths = tf.reduce_sum(tf.cast(is_real, tf.int32), axis=1)  # [batch]
     empty = tf.reduce_all(~is_real | (source_ids == EOS_ID), axis=1)  # [batch]
-    max_lengths = tf.where(empty, 0, tf.minimum(lengths + extra_length,
-                                                model.model_config.max_length))  # [batch]
+    max_lengths = tf.where(empty, 0, settings.output_limit(lengths, max_length))  # [batch]
     memory, memory_mask = model.encode(source_ids, training=False)
     cache = model.init_cache(memory, memory_mask)
     if prefix_ids is not None:
         cache[PREFIX_KEY] = tf.pad(tf.cast(prefix_ids, tf.int32), [[0, 0], [0, 1]])  # PAD last
-    ids, scores = beam_search(_scoring(model), cache, max_lengths, beam_size=beam_size,
-                              bos_id=BOS_ID, eos_id=EOS_ID, alpha=alpha,
-                              pad_id=PAD_ID, stop=stop)  # [batch, beam, time], [batch, beam]
+    ids, scores = beam_search(_scoring(model), cache, max_lengths, beam_size=settings.beam_size,
+                              bos_id=BOS_ID, eos_id=EOS_ID, alpha=settings.alpha,
+                              pad_id=PAD_ID, stop=settings.stop)  # [batch, beam, time] ...
     return tf.where(empty[:, None, None], PAD_ID, ids), tf.where(empty[:, None], 0.0, scores)
 
 

@@ -38,7 +38,7 @@ from pipelines.strategy import is_chief, task_id
 
 if TYPE_CHECKING:
     from pipelines.budget import TrainingClock
-    from pipelines.config import TrainConfig
+    from pipelines.sections import TrainConfig
 
 
 def make_manager(checkpoint: tf.train.Checkpoint, directory: Path,

@@ -16,7 +16,6 @@ XLA compiles for: 12 shapes instead of 144 at max_length 128).
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Sequence
 
@@ -24,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
+from pipelines.buckets import bucket_boundaries
 
 TOKENIZE_BATCH = 1024
 LENGTHS_BATCH = 4096
@@ -40,22 +40,6 @@ class LengthStats:
     src_tokens: int
     tgt_tokens: int
     padding_efficiency: tuple[float, float]  # (source, target) real / padded batch tokens
-
-
-def bucket_boundaries(max_length: int, *, step: int = 8, linear_until: int = 64,
-                      growth: float = 1.2) -> tuple[int, ...]:
-    """Padded lengths of the buckets: multiples of `step` up to `linear_until`, then growing
-    by `growth` (rounded up to `step`), the last covering `max_length`.
-
-    Example:
-        >>> bucket_boundaries(128)
-        (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 120, 128)
-    """
-    top = step * math.ceil(max_length / step)
-    bounds = list(range(step, min(linear_until, top) + 1, step))
-    while bounds[-1] < top:
-        bounds.append(min(top, step * math.ceil(bounds[-1] * growth / step)))
-    return tuple(bounds)
 
 
 def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path: str | Path,
@@ -95,7 +79,7 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
         budget, multiple = batch_tokens // input_context.num_replicas_in_sync, 1
     if bounds[-1] < max_length:
         raise ValueError(f"the last bucket boundary {bounds[-1]} is below max_length {max_length}")
-    if budget < multiple * bounds[-1]:
+    if budget < multiple * bounds[-1]:  # pipelines.buckets.smallest_batch_tokens's rule
         raise ValueError(f"a token budget of {budget} per batch cannot hold {multiple} pair(s) "
                          f"of the longest bucket ({bounds[-1]} tokens)")
     tokenizer = Tokenizer.from_file(spm_model_path)

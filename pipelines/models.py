@@ -71,8 +71,5 @@ def load_model_for_inference(config: PipelineConfig, checkpoint: str | None = No
 def run_translator(config: PipelineConfig, model: Transformer) -> Translator:
     """The run's beam-search Translator of `model`: the `evaluate` section's decoding settings,
     sources cut to data.max_length tokens."""
-    settings = config.evaluate
     return Translator(model, RunPaths(config.run_path).spm_model.read_bytes(),
-                      beam_size=settings.beam_size, alpha=settings.alpha, stop=settings.stop,
-                      max_source_length=config.data.max_length,
-                      extra_length=settings.extra_length)
+                      config.evaluate.decoding(max_source_length=config.data.max_length))

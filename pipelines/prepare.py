@@ -53,7 +53,6 @@ class PrepareSummary:
     vocab_parent: Path | None  # the parent's spm.model that a fine-tuning run copied
     avg_tokens: tuple[float, float]  # (source, target) pieces per sentence, BOS/EOS excluded
     padding_efficiency: tuple[float, float]  # (source, target) real / padded batch tokens
-    batch_tokens: int
     seconds: float
 
     def format(self) -> str:
@@ -77,8 +76,7 @@ class PrepareSummary:
             f"  tokens    source {self.avg_tokens[0]:.1f}, target {self.avg_tokens[1]:.1f} "
             f"per train sentence",
             f"  padding   source {self.padding_efficiency[0]:.3f}, target "
-            f"{self.padding_efficiency[1]:.3f} real tokens per batch token "
-            f"({self.batch_tokens} token budget)",
+            f"{self.padding_efficiency[1]:.3f} real tokens per batch token",
         ])
 
 
@@ -114,8 +112,7 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         shards=len(splits.shard_pairs), sampled_pairs=splits.stats_pairs, too_long=too_long,
         max_length=data.max_length, vocab_size=Tokenizer(model_proto).vocab_size,
         vocab_type=model_type(model_proto), vocab_parent=parent.spm_model if parent else None,
-        avg_tokens=avg_tokens, padding_efficiency=efficiency,
-        batch_tokens=data.batch_tokens, seconds=time.monotonic() - start)
+        avg_tokens=avg_tokens, padding_efficiency=efficiency, seconds=time.monotonic() - start)
 
 
 def _learn_vocabulary(splits: Splits, data: DataConfig, progress: PassProgress) -> bytes:

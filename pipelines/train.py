@@ -4,7 +4,7 @@ runs/NAME/{data,vocab} -> runs/NAME/checkpoints/ckpt-STEP, runs/NAME/logs (Tenso
 
 * Strategy: `pipelines.strategy.make_strategy` (MirroredStrategy, or MultiWorkerMirroredStrategy
   under a TF_CONFIG cluster); each worker reads its own train shards through
-  `distribute_datasets_from_function`, each replica batches of data.batch_tokens / replicas.
+  `distribute_datasets_from_function`, each replica batches of train.batch_tokens / replicas.
 * Update: `pipelines.trainer.Trainer`, `accumulate_steps` batches per replica in one compiled
   tf.function whose input signature leaves every batch shape free (it traces once).
 * Checkpoints every N steps and/or minutes (and at the end), the last K kept; a rerun resumes
@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
 
 import keras
 import tensorflow as tf
 
-from pipelines import InputError
+from pipelines.buckets import bucket_boundaries
 from pipelines.budget import TrainingClock
 from pipelines.checkpoints import CheckpointSaver
 from pipelines.config import PipelineConfig
-from pipelines.data import any_pair_fits, bucket_boundaries, make_dataset
 from pipelines.files import check_writable
 from pipelines.models import run_tokenizer
 from pipelines.parent import start_from_parent
@@ -42,11 +40,11 @@ from pipelines.strategy import (any_worker, check_same_step_as_chief, chief_valu
                                 is_multi_worker, make_strategy, mean_over_workers,
                                 strategy_name)
 from pipelines.tensorboard import write_scalars
+from pipelines.train_data import DatasetFn, check_batch_tokens, train_dataset_fn
 from pipelines.train_report import TrainSummary, Window
 from pipelines.trainer import Trainer
 from pipelines.validation import Validator
 
-DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 
 
 class TrainingDiverged(RuntimeError):
@@ -87,6 +85,7 @@ class TrainingRun:
             check_writable(directory)
         keras.utils.set_random_seed(self.settings.seed)
         self.strategy = strategy or make_strategy()
+        check_batch_tokens(config, self.strategy.num_replicas_in_sync)
         self.clock = TrainingClock(self.settings)
         self.trainer = Trainer(config, tokenizer.vocab_size, self.strategy, self.clock)
         self.saver = CheckpointSaver(self.trainer.model, self.trainer.optimizer, self.clock,
@@ -259,21 +258,3 @@ class TrainingRun:
                                               "train/tokens_per_second": rate})
         self.progress.update(step, {"loss": f"{loss:.4f}", "tok/s": f"{rate:,.0f}",
                                     "lr": f"{learning_rate:.2e}"}, log=logging)
-
-
-def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
-    """The run's train split as endless shuffled batches, sharded per worker; an InputError
-    if no pair fits data.max_length (the batches would never come)."""
-    paths, data = RunPaths(config.run_path), config.data
-    shards = paths.train_shards()
-    if not any_pair_fits(shards, paths.spm_model, data.max_length):
-        raise InputError(f"{paths.train_manifest}: no train pair fits data.max_length "
-                         f"({data.max_length} tokens a side, BOS and EOS included)")
-
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        return make_dataset(shards, paths.spm_model, batch_tokens=data.batch_tokens,
-                            max_length=data.max_length, shuffle_buffer=data.shuffle_buffer,
-                            seed=seed, repeat=True, input_context=context,
-                            one_bucket_per_batch=config.train.jit_compile)
-
-    return dataset_fn

@@ -6,6 +6,7 @@ they read the first replica's variables), compiled once for any batch shape.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ import tensorflow as tf
 from keras_transformer.losses import label_smoothed_cross_entropy
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
-from keras_transformer.translate import decode_sources, source_length_limit
+from keras_transformer.translate import GREEDY, decode_sources
 from pipelines.budget import Recipe
 from pipelines.config import PipelineConfig
 from pipelines.data import make_dataset
@@ -87,8 +88,10 @@ class DevBleu:
         self.tokenizer = tokenizer
         sources = read_lines(src_path, max_sentences)
         self.references = read_lines(tgt_path, max_sentences)
+        self.settings = dataclasses.replace(GREEDY, max_source_length=max_source_length
+                                            ).for_model(model.model_config.max_length)
         ids = tokenizer.tokenize(tf.constant(sources, tf.string), add_eos=True,
-                                 max_length=source_length_limit(model, max_source_length))
+                                 max_length=self.settings.max_source_length)
         lengths = ids.row_lengths().numpy()  # [n]
         self.order = sorted(range(len(sources)), key=lambda i: lengths[i])  # similar lengths
         self.batches = [tf.gather(ids, self.order[i:i + DECODE_BATCH]).to_tensor(PAD_ID)
@@ -110,7 +113,7 @@ class DevBleu:
 
     def _greedy(self, source_ids: tf.Tensor) -> tf.Tensor:
         """[batch, src_len] -> target ids [batch, time] (EOS then PAD after each sentence)."""
-        target_ids, _ = decode_sources(self.model, source_ids)
+        target_ids, _ = decode_sources(self.model, source_ids, self.settings)
         return target_ids
 
 
@@ -126,7 +129,7 @@ class Validator:
         if has_dev and self.settings.validate_every_steps:
             self.loss = DevLoss(model, make_dataset(
                 [(src, tgt)], paths.spm_model, shuffle=False,
-                batch_tokens=data.batch_tokens, max_length=data.max_length))
+                batch_tokens=config.train.batch_tokens, max_length=data.max_length))
         if has_dev and self.settings.bleu_every_steps:
             self.bleu = DevBleu(model, tokenizer, src, tgt, self.settings.bleu_max_sentences,
                                 max_source_length=data.max_length)

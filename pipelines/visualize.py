@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, PAD_ID, Tokenizer, vocabulary
-from keras_transformer.translate import decode_sources, source_length_limit
+from keras_transformer.translate import GREEDY, decode_sources
 from pipelines import InputError
 from pipelines.files import atomic_open, check_writable
 
@@ -47,11 +47,13 @@ def attention_maps(model: Transformer, tokenizer: Tokenizer, sentence: str,
     it (default and at most the model's max_length), then reads the attention weights of the
     pair. A sentence with no piece (translated to nothing) is refused."""
     pieces = [piece for piece, _ in vocabulary(tokenizer.model_proto)]
-    source_ids = tokenizer.tokenize(tf.constant([sentence]), add_eos=True, max_length=(
-        source_length_limit(model, max_source_length))).to_tensor()  # [1, source]
+    settings = dataclasses.replace(GREEDY, max_source_length=max_source_length).for_model(
+        model.model_config.max_length)
+    source_ids = tokenizer.tokenize(tf.constant([sentence]), add_eos=True,
+                                    max_length=settings.max_source_length).to_tensor()  # [1, s]
     if source_ids.shape[1] == 1:  # EOS alone
         raise InputError(f"nothing to translate in {sentence!r}")
-    target_ids, _ = decode_sources(model, source_ids)  # [1, time]
+    target_ids, _ = decode_sources(model, source_ids, settings)  # [1, time]
     target = [int(i) for i in target_ids[0].numpy() if i != PAD_ID]  # ends with EOS if any
     decoder_input = tf.constant([[BOS_ID] + target[:-1]])  # [1, t]
     weights = model.attention_weights(source_ids, decoder_input)
@@ -108,5 +110,5 @@ def visualize(model_dir: Path, sentence: str, output_dir: Path) -> list[Path]:
     _, version_dir = resolve_export(model_dir, "tf")
     translator = rebuild_translator(open_saved_model(version_dir))
     maps = attention_maps(translator.model, Tokenizer(translator.spm_model_proto), sentence,
-                          translator.max_source_length)
+                          translator.settings.max_source_length)
     return plot_attention(maps, output_dir)

@@ -38,8 +38,9 @@ class FieldError(ValueError):
         self.key = key
 
 
-def load_yaml(path: Path, cls: type[T]) -> T:
-    """Reads a YAML mapping into the dataclass `cls`, validating every key against its type."""
+def load_yaml(path: Path, cls: type[T], moved: dict[str, str] | None = None) -> T:
+    """Reads a YAML mapping into the dataclass `cls`, validating every key against its type;
+    a key of `moved` (an old key -> its new place) is refused naming where it went."""
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -56,7 +57,7 @@ def load_yaml(path: Path, cls: type[T]) -> T:
     lines: dict[str, int] = {}
     if node is not None:
         _key_lines(path, node, "", lines)
-    return _Builder(path, lines).build(cls, data, "")
+    return _Builder(path, lines, moved or {}).build(cls, data, "")
 
 
 def key_error(path: Path, key: str, message: str) -> ConfigError:
@@ -107,6 +108,7 @@ class _Builder:
 
     path: Path
     lines: dict[str, int]
+    moved: dict[str, str]
 
     def error(self, key: str, message: str) -> ConfigError:
         return ConfigError(f"{_where(self.path, self.lines, key)}: {key or '(top level)'}: "
@@ -119,6 +121,8 @@ class _Builder:
         hints = typing.get_type_hints(cls)
         join = (lambda name: f"{key}.{name}") if key else (lambda name: str(name))
         for name in data:
+            if join(name) in self.moved:
+                raise self.error(join(name), f"moved to {self.moved[join(name)]}")
             if name not in fields:
                 raise self.error(join(name), f"unknown key; expected one of {', '.join(fields)}")
         for name, field in fields.items():

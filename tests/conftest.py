@@ -38,7 +38,10 @@ def export_translator(tmp_path_factory: pytest.TempPathFactory):
     from export_helpers import make_model, train_spm
 
     model_proto = train_spm(tmp_path_factory.mktemp("spm"))
-    return Translator(make_model(model_proto, steps=100), model_proto, max_source_length=40)
+    from keras_transformer.decoding_settings import DecodingSettings
+
+    return Translator(make_model(model_proto, steps=100), model_proto,
+                      DecodingSettings(beam_size=4, max_source_length=40))
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
+from keras_transformer.decoding_settings import DecodingSettings
 import yaml
 
 from export.translator import Translator
@@ -87,10 +88,10 @@ def write_run(directory: Path, translator: Translator) -> Path:
     model_checkpoint(translator.model).write(str(RunPaths(run).averaged))
     train_split = {"src": str(run / "data" / "train.src"), "tgt": str(run / "data" / "train.tgt")}
     config = {"name": "tiny", "run_dir": str(run),
-              "data": {"source": "files", "train": train_split, "max_length": 40,
-                       "batch_tokens": 320},
+              "data": {"source": "files", "train": train_split, "max_length": 40},
               "model": {"preset": "tiny", "dropout": 0.0, "max_length": MAX_LENGTH,
-                        "dtype": "float32"}}
+                        "dtype": "float32"},
+              "train": {"batch_tokens": 320}}
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -108,7 +109,8 @@ def keras_beam_search(model: Transformer, source: np.ndarray,
     Computed on the CPU on every host: ONNX Runtime and CTranslate2 run there in the tests, and
     TensorFlow on a GPU (TF32 off) stays within the SavedModel tests' tolerances of it."""
     with tf.device("/CPU:0"):
-        ids, scores = decode_sources(model, tf.constant(source), beam_size=beam_size)
+        ids, scores = decode_sources(model, tf.constant(source),
+                                     DecodingSettings(beam_size=beam_size))
     return ids.numpy(), scores.numpy()
 
 

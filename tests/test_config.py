@@ -8,8 +8,8 @@ from typing import Literal
 import pytest
 
 from keras_transformer.config import ModelConfig
-from pipelines.config import (ConfigError, DataConfig, ModelSection, PipelineConfig,
-                              builtin_configs, load_config)
+from pipelines.config import ConfigError, DataConfig, PipelineConfig, builtin_configs, load_config
+from pipelines.sections import ModelSection
 from pipelines.yaml_dataclasses import load_yaml
 
 
@@ -25,7 +25,7 @@ def test_builtin_demo_loads():
     assert config.name == "demo"
     assert config.run_path == Path("runs/demo")
     assert config.data.source == "bible:en-fr"
-    assert (config.data.vocab_type, config.data.max_length, config.data.batch_tokens) == \
+    assert (config.data.vocab_type, config.data.max_length, config.train.batch_tokens) == \
         ("bpe", 128, 2048)
 
 
@@ -60,8 +60,17 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
      "'wordpiece'"),
     ("data:\n  source: bible:en-xx\n", 3, "data.source", "unknown builtin corpus"),
     ("data:\n  source: web:en-fr\n", 3, "data.source", "'web:en-fr'"),
-    ("data:\n  source: bible:en-fr\n  max_length: 256\n  batch_tokens: 100\n", 5,
-     "data.batch_tokens", "100"),
+    ("data:\n  source: bible:en-fr\n  max_length: 130\ntrain:\n  batch_tokens: 130\n", 6,
+     "train.batch_tokens", "must be at least 136 so that a pair of data.max_length (130) tokens, "
+     "padded to its length bucket, fits a batch (with N replicas: N x 136), got 130"),
+    ("data:\n  source: bible:en-fr\n  batch_tokens: 2048\n", 4, "data.batch_tokens",
+     "moved to train.batch_tokens"),
+    ("data:\n  source: bible:en-fr\n  shuffle_buffer: 10\n", 4, "data.shuffle_buffer",
+     "moved to train.shuffle_buffer"),
+    ("data: {source: bible:en-fr}\nevaluate:\n  beam_size: 0\n", 4, "evaluate.beam_size",
+     "must be an integer of at least 1, got 0"),
+    ("data: {source: bible:en-fr}\nevaluate:\n  alpha: -1\n", 4, "evaluate.alpha",
+     "must be a number of at least 0, got -1"),
     ("data:\n  source: files\n", 3, "data.source", "needs a train split"),
     ("data:\n  source: files\n  train: {src: a.txt}\n", 4, "data.train.tgt",
      "src and tgt go together"),
@@ -86,7 +95,7 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
     (MODEL + "  d_model: 30\n  num_heads: 4\n", 4, "model.d_model", "(30) must be divisible"),
     (MODEL + "  max_length: 100\n", 4, "model.max_length",
      "model.max_length (100) must be at least data.max_length (128)"),
-    ("data:\n  source: bible:en-fr\n  max_length: 2000\n  batch_tokens: 4096\n", 4,
+    ("data:\n  source: bible:en-fr\n  max_length: 2000\n", 4,
      "data.max_length", "model.max_length (1024) must be at least data.max_length (2000)"),
 ])
 def test_bad_values_name_file_line_key_and_value(tmp_path, body, where, key, value):
@@ -176,7 +185,7 @@ def test_the_model_section_overrides_model_config_fields():
 
 
 def test_a_long_data_max_length_needs_a_long_model_max_length(tmp_path):
-    text = "name: demo\ndata: {source: bible:en-fr, max_length: 2000, batch_tokens: 4096}\n"
+    text = "name: demo\ndata: {source: bible:en-fr, max_length: 2000}\n"
     model = load_config(write(tmp_path, text + "model: {max_length: 2000}\n")).model
     assert model.model_config().max_length == 2000
 

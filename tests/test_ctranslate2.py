@@ -10,6 +10,7 @@ from export.ctranslate2 import export_ctranslate2
 from export.translator import Translator
 from export_helpers import MAX_LENGTH, SENTENCES
 from keras_transformer import ModelConfig, Transformer
+from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.tokenizer import Tokenizer
 
 LINES = SENTENCES + ["", "  \t ", "fish " * 100]
@@ -18,13 +19,13 @@ LINES = SENTENCES + ["", "  \t ", "fish " * 100]
 @pytest.fixture(scope="module")
 def ct2_dir(export_translator, tmp_path_factory):
     greedy = Translator(export_translator.model, export_translator.spm_model_proto,
-                        beam_size=1, max_source_length=40)
+                        DecodingSettings(beam_size=1, max_source_length=40))
     return export_ctranslate2(greedy, tmp_path_factory.mktemp("ct2"))["float32"].parent
 
 
 def test_greedy_translations_equal_the_tf_graphs(ct2_dir, export_translator):
     greedy = Translator(export_translator.model, export_translator.spm_model_proto,
-                        beam_size=1, max_source_length=40)
+                        DecodingSettings(beam_size=1, max_source_length=40))
     expected = greedy.translate_lines(LINES, batch_size=1)
     assert CTranslate2Translator(ct2_dir).translate_lines(LINES, batch_size=1) == expected
     assert expected[len(SENTENCES):len(SENTENCES) + 2] == ["", ""]
@@ -48,7 +49,7 @@ def test_a_pre_norm_model_with_learned_positions_converts_exactly(export_transla
                                      dropout=0.0, max_length=MAX_LENGTH, norm_first=True,
                                      positional_encoding="learned")
     model = Transformer(config)
-    translator = Translator(model, proto, beam_size=1, max_source_length=40)
+    translator = Translator(model, proto, DecodingSettings(beam_size=1, max_source_length=40))
     export_ctranslate2(translator, tmp_path, ("float32",))
     assert CTranslate2Translator(tmp_path).translate_lines(SENTENCES, batch_size=1) == \
         translator.translate_lines(SENTENCES, batch_size=1)

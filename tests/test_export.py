@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from export.loading import resolve_export
-from export.saved_model import read_metadata
+from keras_transformer.decoding_settings import DecodingSettings
+from export.metadata import saved_model_metadata
 from export_helpers import SENTENCES
 from pipelines.cli import main
 
@@ -26,7 +27,7 @@ def test_export_writes_a_version_models_config_and_onnx(exported, export_config)
         ["model.onnx", "model_int8.onnx", "spm.model", "translator.json", "translator.onnx"]
     assert "saved_model" in exported.format() and "onnx" in exported.format()
     assert "; float32: as configured)" in exported.format()
-    assert read_metadata(exported.saved_model)["dtype"] == "float32"
+    assert saved_model_metadata(exported.saved_model).dtype == "float32"
 
 
 def test_translate_reads_a_file_or_stdin_with_either_runtime(exported, export_translator,
@@ -48,7 +49,7 @@ def test_translate_with_another_beam(exported, export_translator, tmp_path, caps
     from export.translator import Translator
 
     greedy = Translator(export_translator.model, export_translator.spm_model_proto,
-                        beam_size=1, max_source_length=40)
+                        DecodingSettings(beam_size=1, max_source_length=40))
     source = tmp_path / "lines.txt"
     source.write_text("\n".join(SENTENCES) + "\n")
     assert main(["translate", str(exported.saved_model.parent), str(source), "--beam", "1"]) == 0
@@ -123,7 +124,8 @@ def test_a_bfloat16_saved_model_computes_in_bfloat16_and_rebuilds_so(
     from export.saved_model import SavedModelTranslator
     from export_helpers import write_run
     from keras_transformer import precision
-    from pipelines.config import ExportConfig, load_config
+    from pipelines.config import load_config
+    from pipelines.sections import ExportConfig
     from pipelines.export import export_run
 
     config = load_config(write_run(tmp_path, export_translator))

@@ -38,9 +38,9 @@ def child_config(directory: Path, init_from: Path | str | None, *, model: dict |
     config = {
         "name": "child", "run_dir": str(directory / "child"),
         "data": {"source": "files", "train": {"src": "domain.src", "tgt": "domain.tgt"},
-                 "holdout": 10, "vocab_size": 300, "max_length": 40, "batch_tokens": 320},
+                 "holdout": 10, "vocab_size": 300, "max_length": 40},
         "model": {"preset": "tiny", "dropout": 0.0, "dtype": "float32", **(model or {})},
-        "train": {"steps": 1, "warmup_steps": 1, "learning_rate_scale": 1e-6,
+        "train": {"batch_tokens": 320, "steps": 1, "warmup_steps": 1, "learning_rate_scale": 1e-6,
                   "checkpoint_every_steps": 1, "validate_every_steps": 0, "bleu_every_steps": 0,
                   "average_last": 1, **({"init_from": str(init_from)} if init_from else {}),
                   **(train or {})},

@@ -66,7 +66,7 @@ def write_corpus(tmp_path, src: bytes, tgt: bytes, **overrides):
     (tmp_path / "corpus.en").write_bytes(src)
     (tmp_path / "corpus.fr").write_bytes(tgt)
     data = {"source": "files", "train": "{src: corpus.en, tgt: corpus.fr}", "holdout": 20,
-            "vocab_size": 300, "max_length": 32, "batch_tokens": 256} | overrides
+            "vocab_size": 300, "max_length": 32} | overrides
     config = tmp_path / "small.yaml"
     config.write_text(f"name: small\nrun_dir: {tmp_path / 'runs' / 'small'}\ndata:\n" +
                       "".join(f"  {key}: {value}\n" for key, value in data.items()),

@@ -14,11 +14,12 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 import export
-from export.saved_model import (WARMUP_FILE, SavedModelTranslator, export_saved_model,
-                                read_metadata)
+from export.metadata import ExportMetadata, saved_model_metadata
+from export.saved_model import WARMUP_FILE, SavedModelTranslator, export_saved_model
 from export.translator import Translator
 from export.versions import latest_version, publish_version, staging_directory, versions
 from export_helpers import SENTENCES
+from keras_transformer.decoding_settings import DecodingSettings
 
 TEXT_OPS = Path(export.__file__).with_name("serving") / "tf_serving_text_ops.txt"
 # Names of the ops plain TensorFlow (without tensorflow-text) does not register.
@@ -77,17 +78,19 @@ def test_warmup_requests_cover_every_signature(saved_model_dir):
         loaded.signatures[request.model_spec.signature_name](**inputs)
 
 
-def test_metadata_and_a_rebuild_with_another_beam(saved_model_dir, export_translator):
-    metadata = read_metadata(saved_model_dir)
-    assert metadata["beam_size"] == 4 and metadata["max_source_length"] == 40
-    assert metadata["stop"] == "full"
-    older = SavedModelTranslator(saved_model_dir)
-    del older.metadata["stop"]  # an export made before the stop rule was recorded
-    assert older.rebuild().stop == "bound"  # the rule it was made with
+def test_metadata_and_a_rebuild_with_another_beam(saved_model_dir, export_translator,
+                                                   tmp_path):
+    metadata = saved_model_metadata(saved_model_dir)
+    assert metadata.settings == DecodingSettings(beam_size=4, max_source_length=40, stop="full")
+    assert metadata.model == export_translator.model.model_config
+    older = json.loads((saved_model_dir / "assets.extra" / "translator.json").read_text())
+    del older["stop"]  # an export made before the stop rule was recorded
+    (tmp_path / "translator.json").write_text(json.dumps(older))
+    assert ExportMetadata.read(tmp_path / "translator.json").settings.stop == "bound"
     greedy = SavedModelTranslator(saved_model_dir).rebuild(beam_size=1)
-    assert greedy.stop == "full"
+    assert greedy.settings == DecodingSettings(beam_size=1, max_source_length=40)
     expected = Translator(export_translator.model, export_translator.spm_model_proto,
-                          beam_size=1, max_source_length=40)
+                          DecodingSettings(beam_size=1, max_source_length=40))
     source = tf.constant(SENTENCES)
     assert list(greedy.translate(source)["translation"].numpy()) == \
         list(expected.translate(source)["translation"].numpy())
@@ -147,8 +150,9 @@ def test_racing_publishers_take_distinct_versions(tmp_path):
 def test_no_version_is_none(tmp_path):
     (tmp_path / ".export-abc").mkdir()
     assert latest_version(tmp_path) is None and latest_version(tmp_path / "missing") is None
-    with pytest.raises(FileNotFoundError):
-        read_metadata(tmp_path / "1")
+    with pytest.raises(export.ExportError, match=r"1/assets.extra/translator.json: no such "
+                       r"file; run `keras-transformer export` again"):
+        saved_model_metadata(tmp_path / "1")
 
 
 def test_staging_directories_follow_the_umask_and_dead_processes_ones_go(tmp_path):

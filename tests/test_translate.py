@@ -8,7 +8,8 @@ from export.translator import Translator
 from export_helpers import (BOS_ID, EOS_ID, PAD_ID, SENTENCES, make_model, output_lengths,
                             source_ids)
 from keras_transformer.decoding import greedy_search, length_penalty
-from keras_transformer.translate import ALPHA, decode_sources, source_length_limit
+from keras_transformer.decoding_settings import DecodingSettings
+from keras_transformer.translate import GREEDY, decode_sources
 
 
 @pytest.fixture(scope="module")
@@ -22,11 +23,10 @@ def sources(export_translator) -> np.ndarray:
 
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_equals_the_translator(export_translator, sources, beam_size):
-    translator = Translator(export_translator.model, export_translator.spm_model_proto,
-                            beam_size=beam_size, max_source_length=6)
+    settings = DecodingSettings(beam_size=beam_size, max_source_length=6)
+    translator = Translator(export_translator.model, export_translator.spm_model_proto, settings)
     expected = translator.translate_ids(tf.constant(sources))
-    target_ids, score = decode_sources(export_translator.model, sources, beam_size=beam_size,
-                                       max_source_length=6)
+    target_ids, score = decode_sources(export_translator.model, sources, settings)
     assert target_ids.dtype == tf.int32 and score.dtype == tf.float32
     np.testing.assert_array_equal(target_ids.numpy(), expected["target_ids"].numpy())
     np.testing.assert_allclose(score.numpy(), expected["score"].numpy(), rtol=1e-5)
@@ -41,19 +41,19 @@ def test_greedy_scores_are_length_penalised_log_probabilities(export_translator,
         lambda ids, step, cache: model.decode_step(ids[:, -1], step, cache),
         model.init_cache(memory, memory_mask), tf.constant(max_lengths, tf.int32),
         bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
-    target_ids, score = decode_sources(model, source)
+    target_ids, score = decode_sources(model, source, GREEDY)
     np.testing.assert_array_equal(target_ids.numpy(), ids.numpy())
     lengths = output_lengths(ids.numpy())
     assert len(set(lengths)) > 3 and all(row[n - 1] == EOS_ID for row, n in zip(ids.numpy(),
                                                                               lengths))
     np.testing.assert_allclose(score.numpy(), log_probs.numpy() / length_penalty(
-        tf.constant(lengths), ALPHA).numpy(), rtol=1e-5)
+        tf.constant(lengths), GREEDY.alpha).numpy(), rtol=1e-5)
 
 
 def test_a_source_with_no_piece_gives_no_ids_and_score_0(export_translator, sources):
-    target_ids, score = decode_sources(export_translator.model, sources, beam_size=4)
+    target_ids, score = decode_sources(export_translator.model, sources)  # beam 4
     assert not target_ids.numpy()[-2:].any() and list(score.numpy()[-2:]) == [0.0, 0.0]
-    alone_ids, alone_score = decode_sources(export_translator.model, sources[:-2], beam_size=4)
+    alone_ids, alone_score = decode_sources(export_translator.model, sources[:-2])
     np.testing.assert_array_equal(target_ids.numpy()[:-2], alone_ids.numpy())
     np.testing.assert_allclose(score.numpy()[:-2], alone_score.numpy(), rtol=1e-5)
     empty_ids, empty_score = decode_sources(export_translator.model, sources[-2:])
@@ -62,15 +62,16 @@ def test_a_source_with_no_piece_gives_no_ids_and_score_0(export_translator, sour
 
 def test_sources_are_cut_to_max_source_length_and_the_models(export_translator, sources):
     model = export_translator.model  # max_length 64
-    assert source_length_limit(model) == source_length_limit(model, 100) == 64
-    assert source_length_limit(model, 5) == 5
-    cut_ids, cut_score = decode_sources(model, sources[:, :5])
-    ids, score = decode_sources(model, sources, max_source_length=5)
+    assert GREEDY.source_limit(64) == DecodingSettings(max_source_length=100).source_limit(64) \
+        == 64
+    cut_ids, cut_score = decode_sources(model, sources[:, :5], GREEDY)
+    ids, score = decode_sources(model, sources, DecodingSettings(beam_size=1,
+                                                                 max_source_length=5))
     np.testing.assert_array_equal(ids.numpy(), cut_ids.numpy())
     np.testing.assert_array_equal(score.numpy(), cut_score.numpy())
     long_source = np.tile(sources[3:4, :1], [1, 200])  # 200 tokens of one piece, no EOS
-    ids, score = decode_sources(model, long_source)  # positions beyond 64 would fail
-    cut_ids, cut_score = decode_sources(model, long_source[:, :64])
+    ids, score = decode_sources(model, long_source, GREEDY)  # positions beyond 64 would fail
+    cut_ids, cut_score = decode_sources(model, long_source[:, :64], GREEDY)
     np.testing.assert_array_equal(ids.numpy(), cut_ids.numpy())
     np.testing.assert_array_equal(score.numpy(), cut_score.numpy())
 
@@ -83,6 +84,6 @@ def test_outputs_stop_at_source_length_plus_50_and_at_the_models_max_length(expo
     assert max(source_lengths) + 50 < 64
     for kwargs, expected in [({}, source_lengths + 50), ({"extra_length": 7}, source_lengths + 7),
                              ({"extra_length": 100}, [64] * 3)]:
-        target_ids, _ = decode_sources(model, source, **kwargs)
+        target_ids, _ = decode_sources(model, source, DecodingSettings(beam_size=1, **kwargs))
         assert output_lengths(target_ids.numpy()) == list(expected)
         assert not (target_ids.numpy() == EOS_ID).any()

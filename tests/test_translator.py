@@ -1,11 +1,11 @@
 """export/translator.py: the in-graph Translator against eager (Keras-level) beam search, and
 its limits on bad input."""
 import numpy as np
-import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
 from export.translator import Translator
+from keras_transformer.decoding_settings import DecodingSettings
 from export_helpers import (EOS_ID, PAD_ID, SENTENCES, keras_beam_search, make_model,
                             output_lengths, source_ids)
 
@@ -34,7 +34,8 @@ def test_text_signature_translates_the_sentences_of_the_ids_signature(export_tra
 
 
 def test_beam_one_is_greedy(export_translator):
-    greedy = Translator(export_translator.model, export_translator.spm_model_proto, beam_size=1)
+    greedy = Translator(export_translator.model, export_translator.spm_model_proto,
+                        DecodingSettings(beam_size=1))
     source = source_ids(export_translator.spm_model_proto, SENTENCES)
     expected_ids, _ = keras_beam_search(export_translator.model, source, 1)
     np.testing.assert_array_equal(greedy.translate_ids(tf.constant(source))["target_ids"],
@@ -43,7 +44,7 @@ def test_beam_one_is_greedy(export_translator):
 
 def test_an_untrained_model_stops_at_source_length_plus_extra(export_translator):
     translator = Translator(make_model(export_translator.spm_model_proto),
-                            export_translator.spm_model_proto, extra_length=7)
+                            export_translator.spm_model_proto, DecodingSettings(extra_length=7))
     source = source_ids(export_translator.spm_model_proto, SENTENCES[:3])
     target = translator.translate_ids(tf.constant(source))["target_ids"].numpy()
     assert output_lengths(target) == list(np.sum(source != PAD_ID, axis=1) + 7)
@@ -78,8 +79,3 @@ def test_batches_of_1_and_64_and_translate_lines_keep_order(export_translator):
     batched = export_translator.translate(tf.constant(lines))["translation"].numpy()
     assert [t.decode("utf-8") for t in batched] == (alone * 7)[:64]
     assert export_translator.translate_lines(lines, batch_size=5) == (alone * 7)[:64]
-
-
-def test_invalid_settings_are_refused(export_translator):
-    with pytest.raises(ValueError, match="beam_size"):
-        Translator(export_translator.model, export_translator.spm_model_proto, beam_size=0)

@@ -4,6 +4,7 @@ import sacrebleu
 from export.translator import Translator
 from export_helpers import SENTENCES
 from keras_transformer.tokenizer import Tokenizer
+from keras_transformer.decoding_settings import DecodingSettings
 from pipelines.data import make_dataset
 from pipelines.validation import DevBleu, DevLoss
 
@@ -17,7 +18,7 @@ def test_dev_bleu_translates_as_the_translator_with_beam_1(export_translator, tm
     bleu = DevBleu(model, Tokenizer(model_proto), tmp_path / "dev.src", tmp_path / "dev.tgt",
                    max_sentences=len(lines), max_source_length=10)
     translations = bleu.translate()
-    greedy = Translator(model, model_proto, beam_size=1, max_source_length=10)
+    greedy = Translator(model, model_proto, DecodingSettings(beam_size=1, max_source_length=10))
     assert translations == greedy.translate_lines(lines)
     assert translations[-2] == "" and all(translations[:-2])
     assert bleu() == sacrebleu.corpus_bleu(translations, [lines]).score

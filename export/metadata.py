@@ -1,0 +1,69 @@
+"""What every export records beside its graphs (translator.json) and the file names of the
+exports, in one light module: the runtimes and `translate` read it without TensorFlow, ONNX
+Runtime or CTranslate2.
+
+    translator.json = DecodingSettings fields + {"model": ModelConfig fields, "dtype": policy}
+
+Example:
+    metadata = ExportMetadata.read(Path("runs/demo/export/onnx") / METADATA_FILE)
+    metadata.settings.beam_size, metadata.model.max_length, metadata.dtype
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from export import ExportError
+from keras_transformer.config import ModelConfig
+from keras_transformer.decoding_settings import DecodingSettings, DecodingSettingsError
+
+METADATA_FILE, SPM_FILE = "translator.json", "spm.model"  # beside every export's graphs
+SAVED_MODEL_GRAPH = "saved_model.pb"
+SAVED_MODEL_EXTRA = "assets.extra"  # a SavedModel version's METADATA_FILE and SPM_FILE
+MODEL_FILE, INT8_MODEL_FILE, TRANSLATOR_FILE = "model.onnx", "model_int8.onnx", "translator.onnx"
+EXPORT_AGAIN = "run `keras-transformer export` again"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportMetadata:
+    """The decoding settings an export decodes with, its model config and Keras dtype policy."""
+
+    settings: DecodingSettings
+    model: ModelConfig
+    dtype: str = "float32"  # exports older than the dtype record computed in float32
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.settings.to_dict(), "model": self.model.to_dict(), "dtype": self.dtype}
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> ExportMetadata:
+        """The metadata file `path` of an export.
+
+        Raises:
+            ExportError: the file missing, unreadable, or a setting in it invalid.
+        """
+        try:
+            data = json.loads(path.read_text())
+            return cls(DecodingSettings.from_dict(data), ModelConfig(**data["model"]),
+                       data.get("dtype", "float32"))
+        except FileNotFoundError:
+            raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
+        except DecodingSettingsError as error:
+            raise ExportError(f"{path}: {error.field}: {error}; {EXPORT_AGAIN}") from None
+        except (ValueError, KeyError, TypeError):  # not UTF-8 or JSON, no model, bad fields
+            raise unreadable(path) from None
+
+
+def saved_model_metadata(version_dir: Path) -> ExportMetadata:
+    """The metadata of a SavedModel version (its assets.extra/translator.json)."""
+    return ExportMetadata.read(version_dir / SAVED_MODEL_EXTRA / METADATA_FILE)
+
+
+def unreadable(path: Path) -> ExportError:
+    """The error of an export's file that is truncated or corrupt."""
+    return ExportError(f"{path}: unreadable (truncated or corrupt); {EXPORT_AGAIN}")

@@ -1,0 +1,104 @@
+"""How a Transformer decodes, in one typed place: the paper's beam search (section 6.1: beam 4,
+alpha 0.6, at most source length + 50 output tokens) and its limits.
+
+Its defaults, its validation and the output-length rule are written here once. The pipeline
+config's `evaluate` section builds it, the Translator takes it, every export records it
+(`to_dict`, in translator.json) and every runtime reads it back (`from_dict`). No TensorFlow
+at import, so that `translate --runtime onnx` and `--runtime ct2` read it without TensorFlow.
+
+Example:
+    >>> settings = DecodingSettings(beam_size=5)
+    >>> settings.output_limit(12, max_length=256)
+    62
+    >>> DecodingSettings.from_dict(settings.to_dict()) == settings
+    True
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+STOP_RULES = ("full", "bound")  # when a sentence's beam search ends (keras_transformer.decoding)
+
+
+class DecodingSettingsError(ValueError):
+    """An invalid setting; `field` names it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(problem)
+        self.field = field
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingSettings:
+    """Beam search and its limits.
+
+    Attributes:
+        beam_size: hypotheses kept per sentence (1: greedy search).
+        alpha: the GNMT length penalty exponent (0: plain log-probabilities).
+        stop: when a sentence's search ends: "full" (fairseq's) once beam_size hypotheses have
+            finished; "bound" (tensor2tensor's) once no alive one can beat them.
+        extra_length: output tokens allowed beyond the source length (the paper's 50).
+        max_source_length: source tokens kept, EOS included; None: the model's max_length
+            (`for_model` resolves it, never above the model's max_length).
+    """
+
+    beam_size: int = 4
+    alpha: float = 0.6
+    stop: Literal["full", "bound"] = "full"
+    extra_length: int = 50
+    max_source_length: int | None = None
+
+    def __post_init__(self) -> None:
+        for field, low in (("beam_size", 1), ("extra_length", 0), ("max_source_length", 1)):
+            value = getattr(self, field)
+            if value is None and field == "max_source_length":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise DecodingSettingsError(field, f"must be an integer of at least {low}, "
+                                                   f"got {value!r}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) \
+                or self.alpha < 0:
+            raise DecodingSettingsError("alpha", f"must be a number of at least 0, "
+                                                 f"got {self.alpha!r}")
+        if self.stop not in STOP_RULES:
+            raise DecodingSettingsError("stop", f"must be one of {', '.join(STOP_RULES)}, "
+                                                f"got {self.stop!r}")
+
+    def source_limit(self, model_max_length: int) -> int:
+        """Source tokens kept, EOS included: max_source_length, at most the model's."""
+        return min(self.max_source_length or model_max_length, model_max_length)
+
+    def for_model(self, model_max_length: int) -> DecodingSettings:
+        """These settings with max_source_length resolved against the model's max_length."""
+        return dataclasses.replace(self, max_source_length=self.source_limit(model_max_length))
+
+    def output_limit(self, source_length: Any, max_length: int) -> Any:
+        """The most tokens a translation may have: source length + extra_length, at most the
+        model's max_length (its positions). `source_length` an int, or an int32 tensor of
+        lengths in graph code (then a tensor of the same shape)."""
+        limit = source_length + self.extra_length
+        if isinstance(limit, int):
+            return min(limit, max_length)
+        import tensorflow as tf  # only given a tensor, TensorFlow is already loaded
+
+        return tf.minimum(limit, max_length)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DecodingSettings:
+        """The settings an export recorded. Exports made before the stop rule was recorded
+        decoded with "bound"; unknown keys (the model config beside them) are ignored.
+
+        Raises:
+            DecodingSettingsError: a recorded setting missing or invalid.
+        """
+        fields = {field.name for field in dataclasses.fields(cls)}
+        values = {key: value for key, value in data.items() if key in fields}
+        values.setdefault("stop", "bound")
+        missing = sorted(fields - set(values))
+        if missing:
+            raise DecodingSettingsError(missing[0], "missing")
+        return cls(**values)

@@ -1,0 +1,48 @@
+"""The train stage's input: the run's train shards as endless shuffled batches, sharded per
+worker, and the token budget checked against the replicas that split it."""
+from __future__ import annotations
+
+from typing import Callable
+
+import tensorflow as tf
+
+from pipelines import InputError
+from pipelines.buckets import smallest_batch_tokens
+from pipelines.config import PipelineConfig
+from pipelines.data import any_pair_fits, make_dataset
+from pipelines.paths import RunPaths
+
+DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+
+
+def check_batch_tokens(config: PipelineConfig, replicas: int) -> None:
+    """Refuses a train.batch_tokens whose per-replica share cannot hold a pair of the longest
+    length bucket (`pipelines.buckets.smallest_batch_tokens`; the config checked 1 replica).
+
+    Raises:
+        InputError: naming the key, the replicas and the least value that works.
+    """
+    smallest = smallest_batch_tokens(config.data.max_length, replicas)
+    if config.train.batch_tokens < smallest:
+        raise InputError(f"train.batch_tokens: {config.train.batch_tokens} over {replicas} "
+                         f"replicas cannot hold a pair of data.max_length "
+                         f"({config.data.max_length}) tokens in each replica's batch; set it "
+                         f"to at least {smallest}")
+
+
+def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
+    """The run's train split as endless shuffled batches, sharded per worker; an InputError
+    if no pair fits data.max_length (the batches would never come)."""
+    paths, data, train = RunPaths(config.run_path), config.data, config.train
+    shards = paths.train_shards()
+    if not any_pair_fits(shards, paths.spm_model, data.max_length):
+        raise InputError(f"{paths.train_manifest}: no train pair fits data.max_length "
+                         f"({data.max_length} tokens a side, BOS and EOS included)")
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return make_dataset(shards, paths.spm_model, batch_tokens=train.batch_tokens,
+                            max_length=data.max_length, shuffle_buffer=train.shuffle_buffer,
+                            seed=seed, repeat=True, input_context=context,
+                            one_bucket_per_batch=train.jit_compile)
+
+    return dataset_fn

@@ -15,7 +15,10 @@ Runtime does for the form Keras computes.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import onnx
@@ -253,8 +256,25 @@ class _LayerNormMatch:
 def quantize_int8(source: Path, target: Path) -> None:
     """ONNX Runtime's dynamic quantization of `source`'s MatMul weights to int8 (activations
     quantized per batch at run time), inside the Loop body too; written to `target`."""
-    quantize_dynamic(source, target, weight_type=QuantType.QInt8,
-                     extra_options={"EnableSubgraph": True})
+    with _quiet_root_logger():
+        quantize_dynamic(source, target, weight_type=QuantType.QInt8,
+                         extra_options={"EnableSubgraph": True})
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """ONNX Runtime's quantizer warns on the root logger, with protobuf dumps, about every
+    tensor it leaves in float32 (those that are not MatMul weights): about 70 lines an export.
+    They are kept out of normal output; a root logger set below WARNING (`keras-transformer
+    --verbose`) still shows them."""
+    root = logging.getLogger()
+    level = root.level
+    if level >= logging.WARNING or level == logging.NOTSET:
+        root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
 
 
 def _rename_inputs(graph: onnx.GraphProto, names: dict[str, str]) -> None:

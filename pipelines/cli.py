@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
 import sys
 from pathlib import Path
-from typing import BinaryIO, Sequence
+from typing import Sequence
 
 from export import ExportError
 from pipelines import InputError
 from pipelines.config import PipelineConfig, check_corpus_files, load_config
 from pipelines.run import STAGE_NAMES, STAGES, stale_reason
+from pipelines.gpu import warn_unused_gpu_driver
 from pipelines.startup import import_tensorflow_quietly
+from pipelines.translate_command import translate_command
 
 # Errors of the machine, not of the program: reported in one line, exit status 2.
 SYSTEM_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
@@ -27,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="keras-transformer",
         description="The Transformer of 'Attention Is All You Need' as an NMT pipeline.")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show third-party log lines and warnings (TensorFlow's, ONNX "
+                        "Runtime's quantizer) that are left out of normal output")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     prepare = commands.add_parser(
         "prepare", help="corpus -> runs/NAME/data/ (train shards, dev, test) + vocab/spm.model")
@@ -65,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     translate.add_argument("--prefix-file", metavar="FILE",
                            help="a target prefix per input line (empty: none) that each "
                            "translation must begin with (SavedModel only)")
-    translate.set_defaults(handler=_translate)
+    translate.set_defaults(handler=translate_command)
     evaluate = commands.add_parser(
         "evaluate", help="beam search on a split -> eval/SPLIT.hyp, eval/SPLIT.json "
         "(sacrebleu BLEU and chrF)")
@@ -93,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "status 1 when this install cannot compute")
     doctor.set_defaults(handler=_doctor)
     args = parser.parse_args(argv)
+    if args.verbose:
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
+        logging.basicConfig(level=logging.INFO)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         if getattr(args, "config", None):  # config errors come before TensorFlow's start-up
@@ -143,7 +152,7 @@ def _train(args: argparse.Namespace) -> int:
     from pipelines.strategy import cluster_spec, exit_worker
     from pipelines.train import TrainingDiverged, train
 
-    _warn_unused_gpu_driver("train", "training")
+    warn_unused_gpu_driver("train", "training")
     status = 0
     try:
         print(train(load_config(args.config)).format())
@@ -170,85 +179,6 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _translate(args: argparse.Namespace) -> int:
-    from export.loading import open_translator, resolve_export
-
-    if any(value is not None and value < 1 for value in (args.beam, args.batch_size, args.n_best)):
-        raise InputError("--beam, --batch-size and --n-best must be positive")
-    if args.input != "-" and not Path(args.input).is_file():
-        problem = "a directory, not a file" if Path(args.input).is_dir() else "no such file"
-        raise InputError(f"{args.input}: {problem}")
-    runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
-    if args.n_best is not None:
-        _check_n_best(args.n_best, runtime, directory, args.beam)
-    stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
-    with stream:
-        lines = _read_lines(stream)
-    prefixes = None
-    if args.prefix_file:
-        prefixes = _read_prefixes(Path(args.prefix_file), lines, runtime, directory, args)
-    if runtime == "tf":
-        import_tensorflow_quietly()
-        _warn_unused_gpu_driver("translate", "translating")
-    translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
-    if prefixes is not None:
-        translations = translator.prefixed_lines(lines, prefixes, args.batch_size)
-        output = [text + "\n" for text in translations]
-    elif args.n_best is None:
-        output = [text + "\n" for text in translator.translate_lines(lines, args.batch_size)]
-    else:
-        output = [f"{index} ||| {text} ||| {score:.4f}\n"
-                  for index, hypotheses in enumerate(translator.nbest_lines(lines,
-                                                                            args.batch_size))
-                  for text, score in hypotheses[:args.n_best]]
-    sys.stdout.buffer.write("".join(output).encode("utf-8"))
-    return 0
-
-
-def _read_lines(stream: BinaryIO) -> list[str]:
-    """The lines of a byte stream, without line ends; invalid UTF-8 read as SentencePiece
-    reads it."""
-    from export.lines import decode_line
-
-    return [decode_line(line).rstrip("\r\n") for line in stream]
-
-
-def _read_prefixes(path: Path, lines: list[str], runtime: str, directory: Path,
-                   args: argparse.Namespace) -> list[str]:
-    """The prefixes of --prefix-file, checked against the lines before any work.
-
-    Raises:
-        InputError: no such file, an ONNX export, --n-best too, or `prefix_problem`'s.
-    """
-    from export.lines import prefix_problem
-    from export.saved_model import SPM_FILE, read_metadata
-
-    if not path.is_file():
-        raise InputError(f"--prefix-file {path}: no such file")
-    if runtime != "tf" or args.n_best is not None:
-        raise InputError("--prefix-file: the SavedModel's translate_prefix signature forces "
-                         "prefixes; not with --runtime onnx or --n-best")
-    with open(path, "rb") as file:
-        prefixes = _read_lines(file)
-    problem = prefix_problem(lines, prefixes, directory / "assets.extra" / SPM_FILE,
-                             read_metadata(directory))
-    if problem:
-        raise InputError(f"--prefix-file {path}: {problem}")
-    return prefixes
-
-
-def _check_n_best(n_best: int, runtime: str, directory: Path, beam: int | None) -> None:
-    """Raises InputError, before any work, for an n-best list the export cannot give."""
-    if runtime != "tf":
-        raise InputError(f"--n-best: {directory} is not a SavedModel, whose translate_nbest "
-                         f"signature gives n-best lists; use --runtime tf")
-    from export.saved_model import read_metadata
-
-    beam = beam or read_metadata(directory)["beam_size"]
-    if n_best > beam:
-        raise InputError(f"--n-best {n_best}: at most the beam size ({beam}); raise --beam")
-
-
 def _evaluate(args: argparse.Namespace) -> int:
     from pipelines.evaluate import evaluate
 
@@ -259,7 +189,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pipelines.run import report, run
 
-    _warn_unused_gpu_driver("run", "running")
+    warn_unused_gpu_driver("run", "running")
     config = load_config(args.config)
     run(config, start=args.start, only=args.only)
     print(report(config))
@@ -280,16 +210,6 @@ def _doctor(args: argparse.Namespace) -> int:
     report = diagnose()
     print(report.format())
     return report.status
-
-
-def _warn_unused_gpu_driver(command: str, doing: str) -> None:
-    """One stderr line when an NVIDIA driver is present but TensorFlow lists no GPU."""
-    from pipelines.gpu import unused_driver_warning
-
-    warning = unused_driver_warning()
-    if warning:
-        print(f"keras-transformer {command}: warning: {warning}; {doing} on the CPU",
-              file=sys.stderr)
 
 
 if __name__ == "__main__":

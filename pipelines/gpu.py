@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -71,3 +72,12 @@ def unused_driver_warning() -> str | None:
             f"TensorFlow, or CUDA libraries are missing): run `{GPU_SETUP}` (or pip install "
             f"-c constraints.txt -c constraints-gpu.txt -e '.[gpu]'), then `keras-transformer "
             f"doctor`")
+
+
+def warn_unused_gpu_driver(command: str, doing: str) -> None:
+    """One stderr line from `keras-transformer COMMAND` when an NVIDIA driver is present but
+    TensorFlow lists no GPU (`unused_driver_warning`)."""
+    warning = unused_driver_warning()
+    if warning:
+        print(f"keras-transformer {command}: warning: {warning}; {doing} on the CPU",
+              file=sys.stderr)

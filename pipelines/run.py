@@ -130,11 +130,10 @@ def _exported(config: PipelineConfig, paths: RunPaths) -> list[Path]:
 
 
 STAGES = (
-    Stage("prepare", ("data", "train.init_from"), _corpus, _prepared, _prepare,
-          ignores=("data.batch_tokens", "data.shuffle_buffer")),
+    Stage("prepare", ("data", "train.init_from"), _corpus, _prepared, _prepare),
     Stage("train", ("data", "model", "train"), _prepared, lambda c, p: [p.checkpoint_index],
           _train, ignores=("train.average_last",)),
-    Stage("average", ("train.average_last",), lambda c, p: [p.checkpoint_index],
+    Stage("average", ("model", "train.average_last"), lambda c, p: [p.checkpoint_index],
           lambda c, p: [p.averaged_index], _average),
     Stage("evaluate", ("model", "evaluate", "data.max_length"),
           lambda c, p: [p.averaged_index, p.spm_model] + [
@@ -149,14 +148,30 @@ STAGE_NAMES = tuple(stage.name for stage in STAGES)
 
 
 def fingerprint(config: PipelineConfig, stage: Stage) -> str:
-    """A hash of the config values a stage reads."""
+    """A hash of the config values a stage reads (a whole section's: one dict of its fields)."""
+    values = config_values(config, stage)
+    grouped = {key: values[key] if "." in key else {
+        name.partition(".")[2]: value for name, value in values.items()
+        if name.partition(".")[0] == key} for key in stage.keys}
+    return _hash(grouped)
+
+
+def config_values(config: PipelineConfig, stage: Stage) -> dict[str, Any]:
+    """The config values a stage reads, by `section.field` (to name the ones that changed)."""
     values: dict[str, Any] = {}
     for key in stage.keys:
         section, _, field = key.partition(".")
         value = dataclasses.asdict(getattr(config, section))
-        values[key] = value[field] if field else {
-            name: item for name, item in value.items() if f"{section}.{name}" not in stage.ignores}
-    text = json.dumps(values, sort_keys=True, default=str)
+        if field:
+            values[key] = value[field]
+        else:
+            values |= {f"{section}.{name}": item for name, item in value.items()
+                       if f"{section}.{name}" not in stage.ignores}
+    return values
+
+
+def _hash(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -165,10 +180,13 @@ def stale_reason(config: PipelineConfig, stage: Stage) -> str | None:
     paths = RunPaths(config.run_path)
     stamp = paths.stamp(stage.name)
     if not stamp.exists():
-        return "never completed"
+        return "not run yet"
     recorded = json.loads(stamp.read_text())
     if recorded.get("config") != fingerprint(config, stage):
-        return f"config changed ({', '.join(stage.keys)})"
+        values = {key: _hash(value) for key, value in config_values(config, stage).items()}
+        before = recorded.get("values", {})  # stamps of earlier versions have none
+        changed = [key for key, value in values.items() if before.get(key) != value]
+        return f"{', '.join(changed) if before else ', '.join(stage.keys)} changed"
     inputs = stage.inputs(config, paths)
     changed = [name for name, seen in input_signature(inputs).items()
                if recorded.get("inputs", {}).get(name, seen) != seen]
@@ -198,11 +216,13 @@ def run(config: PipelineConfig, *, start: str | None = None, only: str | None = 
         if reason is None:
             echo(f"[{stage.name}] up to date, skipped")
             continue
-        echo(f"[{stage.name}] running ({reason})")
+        echo(f"[{stage.name}] running: {reason}")
         began = time.perf_counter()
         echo(stage.action(config))
         with atomic_open(RunPaths(config.run_path).stamp(stage.name), "w") as file:
+            values = config_values(config, stage)
             json.dump({"config": fingerprint(config, stage),
+                       "values": {key: _hash(value) for key, value in values.items()},
                        "inputs": input_signature(stage.inputs(config, RunPaths(config.run_path))),
                        "seconds": round(time.perf_counter() - began, 1)}, file)
         ran.append(stage.name)

@@ -6,15 +6,18 @@ does so by itself here): onnxruntime-extensions' SentencePiece kernels crash in 
 that imported TensorFlow first.
 """
 import json
+import logging
 
 import numpy as np
 import onnx
 import tensorflow as tf
 
 from export.onnx import OPSET, convert
+from export.onnx_graph import quantize_int8
 from export.onnx_runtime import OnnxTranslator
 from export.translator import Translator
 from export_helpers import SENTENCES, make_model
+from keras_transformer.decoding_settings import DecodingSettings
 
 
 def test_model_onnx_equals_keras_level_beam_search(onnx_dir, keras_reference):
@@ -49,8 +52,9 @@ def test_an_untrained_pre_norm_model_with_learned_positions_converts_too(export_
     structure (pre-norm, learned positions) converts with the optimizers that run."""
     model = make_model(export_translator.spm_model_proto, norm_first=True,
                        positional_encoding="learned")
-    translator = Translator(model, export_translator.spm_model_proto, extra_length=5)
-    model = convert(translator.translate_ids, translator.metadata())
+    translator = Translator(model, export_translator.spm_model_proto,
+                            DecodingSettings(extra_length=5))
+    model = convert(translator.translate_ids, translator.metadata().to_dict())
     import onnxruntime as ort
 
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -63,14 +67,14 @@ def test_an_untrained_pre_norm_model_with_learned_positions_converts_too(export_
 
 def test_metadata_and_an_empty_batch(onnx_dir):
     translator = OnnxTranslator(onnx_dir)
-    assert translator.metadata["beam_size"] == 4 and translator.metadata["alpha"] == 0.6
+    assert translator.metadata.settings == DecodingSettings(beam_size=4, max_source_length=40)
     assert json.loads(onnx.load(str(onnx_dir / "model.onnx")).metadata_props[0].value) == 4
     assert translator.translate([])["translation"] == []
 
 
 def test_loop_invariants_hoisted_weights_sunk_and_int8_weights_decode(onnx_dir,
                                                                       keras_reference):
-    from export.onnx_runtime import INT8_MODEL_FILE
+    from export.metadata import INT8_MODEL_FILE
 
     def loop_bodies(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
         """The bodies of the Loops in `graph` and in those bodies."""
@@ -125,3 +129,16 @@ def test_layer_norms_are_fused_where_they_normalise_the_last_axis(onnx_dir, expo
                                        providers=["CPUExecutionProvider"])
         np.testing.assert_allclose(session.run(["y"], {"x": x})[0], layer(x).numpy(),
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_the_quantizers_warnings_are_left_out_unless_verbose(onnx_dir, tmp_path, caplog):
+    """ONNX Runtime's quantizer logs a warning with a protobuf dump for each tensor it keeps in
+    float32; they show only with a root logger below WARNING (`--verbose`)."""
+    for level in (logging.WARNING, logging.INFO):
+        caplog.clear()
+        with caplog.at_level(level):
+            quantize_int8(onnx_dir / "model.onnx", tmp_path / f"int8_{level}.onnx")
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert bool(warnings) == (level == logging.INFO), level
+    assert logging.getLogger().level != logging.ERROR  # restored
+

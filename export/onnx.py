@@ -39,8 +39,8 @@ from onnx import TensorProto, compose
 from tf2onnx import constants, optimizer, tf_loader, tfonnx, utils
 from tf2onnx.handler import tf_op
 
-from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants, quantize_int8,
-                               sink_initializers)
+from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants, sink_initializers)
+from export.onnx_quantize import quantize_int8
 from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SPM_FILE,
                              TRANSLATOR_FILE)
 from export.translator import TEXT_SPEC, Translator

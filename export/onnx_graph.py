@@ -1,6 +1,6 @@
 """Rewrites of a converted ONNX model: loop invariants out of the beam-search Loops (the outer
-one that retires finished sentences and the inner one that steps the rest), fused layer
-norms, and int8 weights.
+one that retires finished sentences and the inner one that steps the rest), and fused layer
+norms (the int8 model: export.onnx_quantize).
 
 tf2onnx turns every tensor that the TF while loop captures (the weights, the encoder memory's
 projections) into a loop-carried value that the body passes through unchanged; ONNX Runtime
@@ -15,15 +15,10 @@ Runtime does for the form Keras computes.
 """
 from __future__ import annotations
 
-import contextlib
-import logging
-from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
-from onnxruntime.quantization import QuantType, quantize_dynamic
 
 
 def hoist_loop_invariants(model: onnx.ModelProto) -> int:
@@ -251,30 +246,6 @@ class _LayerNormMatch:
         shape = numpy_helper.to_array(self.constants[reshape.input[1]]).tolist()
         size = self.constants[reshape.input[0]].dims[0]
         return reshape.input[0] if along_axis(shape) and shape[-1] == size else None
-
-
-def quantize_int8(source: Path, target: Path) -> None:
-    """ONNX Runtime's dynamic quantization of `source`'s MatMul weights to int8 (activations
-    quantized per batch at run time), inside the Loop body too; written to `target`."""
-    with _quiet_root_logger():
-        quantize_dynamic(source, target, weight_type=QuantType.QInt8,
-                         extra_options={"EnableSubgraph": True})
-
-
-@contextlib.contextmanager
-def _quiet_root_logger() -> Iterator[None]:
-    """ONNX Runtime's quantizer warns on the root logger, with protobuf dumps, about every
-    tensor it leaves in float32 (those that are not MatMul weights): about 70 lines an export.
-    They are kept out of normal output; a root logger set below WARNING (`keras-transformer
-    --verbose`) still shows them."""
-    root = logging.getLogger()
-    level = root.level
-    if level >= logging.WARNING or level == logging.NOTSET:
-        root.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        root.setLevel(level)
 
 
 def _rename_inputs(graph: onnx.GraphProto, names: dict[str, str]) -> None:

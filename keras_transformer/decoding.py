@@ -1,4 +1,5 @@
-"""Greedy and beam search in the graph (tf.while_loop), independent of the model.
+"""Beam search in the graph (tf.while_loop), independent of the model (greedy search, its
+reference: keras_transformer.greedy).
 
 The model is reached only through a scoring function::
 
@@ -9,12 +10,9 @@ The model is reached only through a scoring function::
               axis from step to step (self-attention keys/values grown with tf.concat)
       logits: float [n, vocab] for the next token (any float dtype; scored in float32)
 
-n is the batch for greedy search and batch * beam (batch-major: row b * beam + k) for beam
-search. `initial_cache` always has leading dimension batch; beam search tiles it.
+n is batch * beam (batch-major: row b * beam + k); the batch for greedy search. `initial_cache` always has leading dimension batch; beam search tiles it.
 `keras_transformer.translate.decode_sources` runs them over a Transformer.
 
-    greedy_search(fn, initial_cache, max_decode_lengths, *, bos_id, eos_id, pad_id=0)
-        -> ids int32 [batch, time], scores float32 [batch]
     beam_search(fn, initial_cache, max_decode_lengths, *, beam_size, bos_id, eos_id,
                 alpha=0.6, pad_id=0, stop="full")
         -> ids int32 [batch, beam, time], scores float32 [batch, beam], best first
@@ -22,7 +20,7 @@ search. `initial_cache` always has leading dimension batch; beam search tiles it
 `max_decode_lengths` int32 [batch] bounds each sentence's output length; a hypothesis that
 reaches it is finished without EOS. Returned ids exclude BOS, include EOS where the
 hypothesis ended with it and are padded with `pad_id` after it; `time` is the number of steps
-the loop ran. Greedy scores are summed log-probabilities; beam scores are summed
+the loop ran. Beam scores are summed
 log-probabilities divided by the GNMT length penalty ((5 + length) / 6) ** alpha, length
 counting the generated tokens including EOS (`length_penalty`).
 
@@ -46,7 +44,7 @@ empty (a maximum length of 0) returns its alive hypotheses.
 
 Graph ops: While (nested in beam search), TopKV2 on float32, GatherV2 on flat batch * beam
 indices, ConcatV2, Tile, Reshape, Pad, SelectV2, Where and TensorScatterUpdate (retiring
-sentences), ArgMax (greedy), LogSoftmax, Pow and reductions; no TensorArray, no gather_nd,
+sentences), LogSoftmax, Pow and reductions; no TensorArray, no gather_nd,
 no batch_dims. Every loop variable but the step has unknown dimensions except
 beam, so the cache may grow and batch and source length may be unknown. A cache tensor that
 the scoring function returns unchanged (the same tensor object: encoder-decoder keys/values,
@@ -58,25 +56,17 @@ cache at time 0).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import NamedTuple
 
 import tensorflow as tf
 
 from keras_transformer.decoding_settings import STOP_RULES, DecodingSettings
+from keras_transformer.greedy import (Cache, SymbolsToLogitsFn, cache_invariants, greedy_search,
+                                      log_probs_step)
 
-Cache = dict[str, Any]
-SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
 
 NEG_INF = -1e9  # the score of an impossible hypothesis: finite, so no NaN from inf - inf
 DEFAULTS = DecodingSettings()  # alpha and the stop rule, unless given
-
-
-class GreedyState(NamedTuple):
-    step: tf.Tensor       # int32 []: tokens generated so far
-    seq: tf.Tensor        # int32 [batch, step + 1], starting with BOS
-    log_probs: tf.Tensor  # float32 [batch]
-    finished: tf.Tensor   # bool [batch]
-    cache: Cache          # [batch, ...]
 
 
 class BeamState(NamedTuple):
@@ -101,51 +91,6 @@ class SearchState(NamedTuple):
 def length_penalty(length: tf.Tensor | int, alpha: float) -> tf.Tensor:
     """GNMT's ((5 + length) / 6) ** alpha (Wu et al., 2016), float32 of `length`'s shape."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
-
-
-def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
-                  max_decode_lengths: tf.Tensor, *, bos_id: int, eos_id: int,
-                  pad_id: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
-    """Decodes the most likely token at each step.
-
-    Args:
-        symbols_to_logits_fn: fn(ids [batch, step + 1], step, cache) -> (logits, cache).
-        initial_cache: nested dict of tensors [batch, ...].
-        max_decode_lengths: int32 [batch], each sentence's maximum output length.
-        bos_id, eos_id, pad_id: the start, end and padding ids.
-
-    Returns:
-        ids int32 [batch, time] (no BOS, `pad_id` after EOS) and the summed log-probabilities
-        float32 [batch].
-    """
-    max_lengths = tf.cast(max_decode_lengths, tf.int32)  # [batch]
-    batch = tf.shape(max_lengths)[0]
-    state = GreedyState(
-        step=tf.constant(0),
-        seq=tf.fill([batch, 1], bos_id),
-        log_probs=tf.zeros([batch]),
-        finished=max_lengths <= 0,
-        cache=initial_cache)
-    invariants = GreedyState(tf.TensorShape([]), tf.TensorShape([None, None]),
-                             tf.TensorShape([None]), tf.TensorShape([None]),
-                             _cache_invariants(initial_cache))
-
-    def body(state: GreedyState) -> tuple[GreedyState]:
-        log_probs, cache = _log_probs(symbols_to_logits_fn, state.seq, state.step, state.cache)
-        tokens = tf.argmax(log_probs, axis=1, output_type=tf.int32)  # [batch]
-        tokens = tf.where(state.finished, pad_id, tokens)
-        step_log_probs = tf.where(state.finished, 0.0, tf.reduce_max(log_probs, axis=1))
-        step = state.step + 1
-        return (GreedyState(
-            step=step,
-            seq=tf.concat([state.seq, tokens[:, None]], axis=1),  # [batch, step + 1]
-            log_probs=state.log_probs + step_log_probs,
-            finished=state.finished | (tokens == eos_id) | (step >= max_lengths),
-            cache=cache),)
-
-    (state,) = tf.while_loop(lambda state: ~tf.reduce_all(state.finished), body, (state,),
-                             shape_invariants=(invariants,))
-    return state.seq[:, 1:], state.log_probs
 
 
 def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
@@ -191,7 +136,7 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
     beams_shape = tf.TensorShape([None, beam_size])
     seqs_shape = tf.TensorShape([None, beam_size, None])
     beam_invariants = BeamState(tf.TensorShape([]), seqs_shape, beams_shape, seqs_shape,
-                                beams_shape, _cache_invariants(initial_cache))
+                                beams_shape, cache_invariants(initial_cache))
     invariants = SearchState(beam_invariants, tf.TensorShape([None]), tf.TensorShape([None]),
                              seqs_shape, beams_shape)
 
@@ -274,7 +219,7 @@ def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
     """Extends the alive set by one token and updates both sets and the cache."""
     batch = tf.shape(state.alive_seq)[0]
     flat_seq = tf.reshape(state.alive_seq, [batch * beam_size, -1])  # [batch * beam, step + 1]
-    log_probs, cache = _log_probs(symbols_to_logits_fn, flat_seq, state.step, state.cache)
+    log_probs, cache = log_probs_step(symbols_to_logits_fn, flat_seq, state.step, state.cache)
     vocab = tf.shape(log_probs)[1]
     log_probs = tf.reshape(log_probs, [batch, beam_size, vocab])
     log_probs += state.alive_log_probs[:, :, None]  # [batch, beam, vocab]
@@ -311,18 +256,6 @@ def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
         cache=tf.nest.map_structure(
             lambda new, old: new if new is old else tf.gather(new, cache_index),
             cache, state.cache))
-
-
-def _log_probs(symbols_to_logits_fn: SymbolsToLogitsFn, ids: tf.Tensor, step: tf.Tensor,
-               cache: Cache) -> tuple[tf.Tensor, Cache]:
-    """float32 log-softmax [n, vocab] of the next token, and the new cache."""
-    logits, cache = symbols_to_logits_fn(ids, step, cache)
-    return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), cache
-
-
-def _cache_invariants(cache: Cache) -> Any:
-    """Shape invariants that leave every dimension free and keep each tensor's rank."""
-    return tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), cache)
 
 
 def _tile_beams(tensor: tf.Tensor, beam_size: int) -> tf.Tensor:

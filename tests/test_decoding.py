@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.decoding import NEG_INF, beam_search, greedy_search, length_penalty
+from keras_transformer.decoding import NEG_INF, beam_search, length_penalty
+from keras_transformer.greedy import greedy_search
 
 BOS, EOS = 0, 1
 ROWS = 4099  # hash buckets of a prefix (a prime)

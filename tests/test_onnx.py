@@ -13,7 +13,7 @@ import onnx
 import tensorflow as tf
 
 from export.onnx import OPSET, convert
-from export.onnx_graph import quantize_int8
+from export.onnx_quantize import quantize_int8
 from export.onnx_runtime import OnnxTranslator
 from export.translator import Translator
 from export_helpers import SENTENCES, make_model

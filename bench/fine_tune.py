@@ -24,15 +24,16 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.bible import bible_pairs
+from pipelines.corpus.bible import bible_pairs
 from pipelines.config import BUILTIN_CONFIGS
 from pipelines.paths import RunPaths
 
 BOOK_DEV = (5,)  # last digits of the book's chapters held out for dev
 BOOK_TEST = (0, 2)  # and for test
-# The demo's recipe as its 18-minute budget compresses it on a Zen 4 (pipelines/budget.py: half
-# the steps, warm-up and intervals halved, the learning rate times sqrt(1/2)), fixed in steps so
-# that the parent is the same on every machine and on a busy one.
+# The demo's recipe as its 18-minute budget compresses it on a Zen 4
+# (pipelines/training/budget.py: half the steps, warm-up and intervals halved, the learning
+# rate times sqrt(1/2)), fixed in steps so that the parent is the same on every machine and
+# on a busy one.
 PARENT = {"steps": 2000, "max_minutes": 0, "warmup_steps": 500, "learning_rate_scale": 0.7071,
           "checkpoint_every_steps": 50, "validate_every_steps": 400}
 # Fine-tuning: a short fresh schedule whose peak (1.2e-3 for d_model 256) is below the

@@ -92,7 +92,7 @@ def train_check(work: Path, name: str, devices: list[str], steps: int) -> str:
     """Trains run `name` (a copy of the prepared data) on `devices`; the loss must fall."""
     import tensorflow as tf
 
-    from pipelines.train import train
+    from pipelines.training.train import train
 
     for part in ("data", "vocab"):
         shutil.copytree(work / PREPARED / part, work / name / part)
@@ -179,7 +179,7 @@ def _sentences(target_ids: np.ndarray) -> list[tuple[int, ...]]:
 
 def run_checks(work: Path, devices: list[str], steps: int, sentences: int) -> list[str]:
     """The checks after doctor's, on TensorFlow's logical GPU devices; the failed ones."""
-    from pipelines.prepare import prepare
+    from pipelines.corpus.prepare import prepare
 
     checks = Checks()
     if not checks.run("prepare", lambda: prepare(check_config(work, PREPARED, 1)).format()):

@@ -5,7 +5,7 @@ on an N-pair corpus, then the training input pipeline's speed on the prepared ru
                                             [--skip-pipeline]
 
 The corpus (default 1M pairs; `--pairs 36000000` is WMT14 en-fr's size, about 12 GB) is built
-deterministically from the embedded en-fr Bible (`pipelines.bible.bible_pairs`), keeping the
+deterministically from the embedded en-fr Bible (`pipelines.corpus.bible.bible_pairs`), keeping the
 verse pairs whose English and French are each unique and that prepare's length-ratio filter
 keeps: pair i is verse a, a space and verse b on both sides, with a = perm_a[i mod V] over all
 V verses and b = perm_b[(i div V + i mod V) mod S] over the S shortest, so (a, b) differs for
@@ -18,7 +18,7 @@ DIR/corpus.json records the same N and the files' sizes, so reruns only time pre
 Prepare runs as a child process (`keras-transformer prepare DIR/scale.yaml`: source `files`,
 37,000 shared BPE pieces, max_length 256, batch_tokens 25,000, 3,000 held-out pairs per split)
 into a fresh DIR/runs/scale, its progress and summary on stdout. Then, in this process, the
-training input pipeline (`pipelines.data.make_dataset` on the train shards, as the trainer
+training input pipeline (`pipelines.training.data.make_dataset` on the train shards, as the trainer
 reads them: shuffle buffer 100,000, repeated) with `parallel_calls` 1 and 2: seconds to the
 first batch (its shuffle buffer filled), then target tokens/s (non-PAD) and batches/s over
 `--batches` further batches.
@@ -44,9 +44,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from pipelines.bible import bible_pairs
+from pipelines.corpus.bible import bible_pairs
 from pipelines.config import DataConfig, load_config
-from pipelines.splitting import rejection
+from pipelines.corpus.splitting import rejection
 
 TARGET_BYTES = 185  # mean UTF-8 bytes of a side
 SEED = 1
@@ -146,7 +146,7 @@ def time_pipeline(run_dir: Path, parallel: int, batches: int) -> tuple[float, fl
     """The trainer's input pipeline with `parallel_calls=parallel`: (seconds to the first
     batch, target tokens/s and batches/s over the next `batches` batches)."""
     from keras_transformer.tokenizer import PAD_ID
-    from pipelines.data import make_dataset
+    from pipelines.training.data import make_dataset
     from pipelines.paths import RunPaths
 
     started = time.monotonic()

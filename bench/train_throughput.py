@@ -7,10 +7,10 @@ uses the machine.
 Batches: the run's train split as the trainer reads it (train.batch_tokens per replica batch,
 padded to bucket boundaries) when runs/NAME is prepared, else synthetic batches of demo-like
 shapes (the output says which). They are taken once, beforehand (the input pipeline is not
-timed), and every variant trains its own model through `pipelines.trainer.Trainer` (the compiled
-update, under the machine's strategy) on them. Variants: float32 and mixed_bfloat16 without XLA,
-mixed_float16 where it is native, and the dtype that `model.dtype: auto` chooses here if it is
-none of them; `--xla` adds each with XLA.
+timed), and every variant trains its own model through `pipelines.training.trainer.Trainer`
+(the compiled update, under the machine's strategy) on them. Variants: float32 and
+mixed_bfloat16 without XLA, mixed_float16 where it is native, and the dtype that
+`model.dtype: auto` chooses here if it is none of them; `--xla` adds each with XLA.
 mixed_bfloat16 is skipped, with the reason, where `keras_transformer.precision.resolve_dtype`
 refuses it (ONEDNN_MAX_CPU_ISA caps oneDNN below the CPU's bfloat16 instructions).
 
@@ -43,11 +43,11 @@ from keras_transformer.config import ModelConfig
 from keras_transformer.precision import detect, resolve_dtype
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from pipelines.config import PipelineConfig, load_config
-from pipelines.buckets import bucket_boundaries
+from pipelines.training.buckets import bucket_boundaries
 from pipelines.paths import RunPaths
-from pipelines.strategy import make_strategy
-from pipelines.train_data import DatasetFn, train_dataset_fn
-from pipelines.trainer import Trainer
+from pipelines.training.strategy import make_strategy
+from pipelines.training.train_data import DatasetFn, train_dataset_fn
+from pipelines.training.trainer import Trainer
 
 from flops import MATMUL_SIZE, Update, matmul_peak, update_flops  # bench/flops.py
 

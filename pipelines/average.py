@@ -1,6 +1,7 @@
 """The average stage: the element-wise mean of the model weights of the last N training
 checkpoints (section 6.1: the last 5 for base models, 20 for big), saved as
-runs/NAME/checkpoints/averaged/ckpt (model only; `pipelines.checkpoints.restore_model` loads it).
+runs/NAME/checkpoints/averaged/ckpt (model only; `pipelines.training.checkpoints.restore_model`
+loads it).
 
 The optimizer slots are left out; integer variables (random-generator states) keep the newest
 checkpoint's values. The directory is written under a temporary name and renamed into place,
@@ -18,10 +19,10 @@ import numpy as np
 
 from export.versions import staging_directory
 from pipelines import InputError
-from pipelines.checkpoint_files import (checkpoint_step, replace_directory, tf_write_errors,
-                                        training_checkpoints)
-from pipelines.checkpoint_records import check_vocabulary, record_model
-from pipelines.checkpoints import model_checkpoint, restore_model
+from pipelines.training.checkpoint_files import (checkpoint_step, replace_directory,
+                                                 tf_write_errors, training_checkpoints)
+from pipelines.training.checkpoint_records import check_vocabulary, record_model
+from pipelines.training.checkpoints import model_checkpoint, restore_model
 from pipelines.config import PipelineConfig
 from pipelines.files import check_writable
 from pipelines.models import build_model, run_tokenizer

@@ -142,15 +142,15 @@ def _reads_corpus(args: argparse.Namespace, config: PipelineConfig) -> bool:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from pipelines.prepare import prepare
+    from pipelines.corpus.prepare import prepare
 
     print(prepare(load_config(args.config)).format())
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pipelines.strategy import cluster_spec, exit_worker
-    from pipelines.train import TrainingDiverged, train
+    from pipelines.training.strategy import cluster_spec, exit_worker
+    from pipelines.training.train import TrainingDiverged, train
 
     warn_unused_gpu_driver("train", "training")
     status = 0

@@ -21,11 +21,11 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pipelines.buckets import smallest_batch_tokens
+from pipelines.training.buckets import smallest_batch_tokens
 from pipelines.files import file_in_the_way
 from pipelines.sections import EvaluateConfig, ExportConfig, ModelSection, TrainConfig
-from pipelines.shards import MAX_SHARDS
-from pipelines.source_spec import check_source_spec
+from pipelines.corpus.shards import MAX_SHARDS
+from pipelines.corpus.source_spec import check_source_spec
 from pipelines.yaml_dataclasses import ConfigError, FieldError, key_error, load_yaml
 
 BUILTIN_CONFIGS = Path(__file__).with_name("configs")  # package data: pipelines/configs/*.yaml

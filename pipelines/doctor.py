@@ -211,7 +211,7 @@ def _strategy(report: Report) -> None:
     for every other worker)."""
     import tensorflow as tf
 
-    from pipelines.strategy import cluster_spec, make_strategy, strategy_name
+    from pipelines.training.strategy import cluster_spec, make_strategy, strategy_name
 
     cluster = cluster_spec()
     if cluster:

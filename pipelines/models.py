@@ -14,9 +14,9 @@ from export.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
 from pipelines import InputError
-from pipelines.checkpoint_files import default_checkpoint
-from pipelines.checkpoint_records import check_vocabulary
-from pipelines.checkpoints import restore_model
+from pipelines.training.checkpoint_files import default_checkpoint
+from pipelines.training.checkpoint_records import check_vocabulary
+from pipelines.training.checkpoints import restore_model
 from pipelines.config import PipelineConfig
 from pipelines.paths import RunPaths
 

@@ -1,7 +1,8 @@
 """The map of a run directory, runs/NAME/: every stage finds its files through `RunPaths`, and
 `keras-transformer run` derives each stage's inputs and outputs from it.
 
-    data/train-K-of-N.{src,tgt}   train shards, listed by data/train.json (pipelines/shards.py)
+    data/train-K-of-N.{src,tgt}   train shards, listed by data/train.json
+                                  (pipelines/corpus/shards.py)
     data/{dev,test}.{src,tgt}     held-out splits, one sentence a line
     vocab/spm.model, spm.vocab    the shared SentencePiece model and its pieces
     checkpoints/ckpt-STEP.*       training checkpoints, indexed by checkpoints/checkpoint;
@@ -22,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pipelines.shards import MANIFEST, Shard, train_shards
+from pipelines.corpus.shards import MANIFEST, Shard, train_shards
 
 CHECKPOINT_NAME = "ckpt"
 MODEL_RECORD = "model.json"  # beside checkpoints: the ModelConfig they hold

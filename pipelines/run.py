@@ -42,13 +42,13 @@ class Stage:
 
 
 def _prepare(config: PipelineConfig) -> str:
-    from pipelines.prepare import prepare
+    from pipelines.corpus.prepare import prepare
 
     return prepare(config).format()
 
 
 def _train(config: PipelineConfig) -> str:
-    from pipelines.train import train
+    from pipelines.training.train import train
 
     summary, path = train(config), RunPaths(config.run_path).train_summary
     if summary.step > summary.start_step or not path.exists():  # a run with nothing to do
@@ -99,7 +99,7 @@ def _identity(path: Path) -> list:
 def _corpus(config: PipelineConfig, paths: RunPaths) -> list[Path]:
     """The user's corpus files (source `files`), and the parent's vocabulary that a fine-tuning
     run copies (`train.init_from`)."""
-    from pipelines.parent import parent_vocabulary
+    from pipelines.training.parent import parent_vocabulary
 
     splits = (config.data.train, config.data.dev, config.data.test)
     corpus = [path for split in splits if split for path in (split.src, split.tgt, split.tsv)

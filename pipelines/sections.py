@@ -86,14 +86,14 @@ class TrainConfig:
     to the working directory like `run_dir`. The run keeps the parent's vocabulary (`prepare`
     copies its spm.model) and architecture (the `model` section must describe it); the
     optimizer and the schedule start afresh, from `warmup_steps` and `learning_rate_scale`.
-    See pipelines/parent.py.
+    See pipelines/training/parent.py.
     """
 
     steps: int = 100_000  # updates; the paper trains the base model 100k steps, big 300k
     batch_tokens: int = 4096  # per side and batch, padding included, over all replicas
     shuffle_buffer: int = 100_000  # pairs
     # A wall-clock budget for the stage (0: none); it compresses the recipe to fit (see
-    # pipelines/budget.py) and ends training with a checkpoint when time is up.
+    # pipelines/training/budget.py) and ends training with a checkpoint when time is up.
     max_minutes: float = 0.0
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0  # multiplies the learning rate of eq. 3

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import load_config
-from pipelines.prepare import PrepareSummary, prepare
+from pipelines.corpus.prepare import PrepareSummary, prepare
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -20,8 +20,8 @@ use_two_logical_cpus()
 
 from keras_transformer.tokenizer import Tokenizer  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.strategy import make_strategy  # noqa: E402
-from pipelines.trainer import Trainer  # noqa: E402
+from pipelines.training.strategy import make_strategy  # noqa: E402
+from pipelines.training.trainer import Trainer  # noqa: E402
 
 
 def main(config_path: str) -> None:

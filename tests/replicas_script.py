@@ -28,8 +28,8 @@ use_two_logical_cpus()
 from keras_transformer.schedules import TransformerSchedule  # noqa: E402
 from keras_transformer.tokenizer import Tokenizer  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.strategy import make_strategy  # noqa: E402
-from pipelines.train import TrainingRun  # noqa: E402
+from pipelines.training.strategy import make_strategy  # noqa: E402
+from pipelines.training.train import TrainingRun  # noqa: E402
 
 Weights = dict[str, list[np.ndarray]]  # "key_bias" | "other" -> arrays
 

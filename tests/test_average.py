@@ -9,7 +9,7 @@ import pytest
 
 from pipelines import InputError
 from pipelines.average import average
-from pipelines.checkpoints import make_manager, model_checkpoint, restore_model
+from pipelines.training.checkpoints import make_manager, model_checkpoint, restore_model
 from pipelines.config import load_config
 from pipelines.models import build_model
 from pipelines.paths import RunPaths

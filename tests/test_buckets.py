@@ -1,5 +1,5 @@
-"""pipelines/buckets.py: the length buckets and the token budget they need."""
-from pipelines.buckets import bucket_boundaries, smallest_batch_tokens
+"""pipelines/training/buckets.py: the length buckets and the token budget they need."""
+from pipelines.training.buckets import bucket_boundaries, smallest_batch_tokens
 
 
 def test_bucket_boundaries():

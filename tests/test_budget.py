@@ -2,7 +2,7 @@
 import numpy as np
 
 from keras_transformer.schedules import TransformerSchedule
-from pipelines.budget import PLANNED_SHARE, Recipe, steps_that_fit
+from pipelines.training.budget import PLANNED_SHARE, Recipe, steps_that_fit
 from pipelines.sections import TrainConfig
 
 

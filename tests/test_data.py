@@ -1,4 +1,5 @@
-"""pipelines/data.py: in-graph tokenization, length filter, token-budget buckets, sharding."""
+"""pipelines/training/data.py: in-graph tokenization, length filter, token-budget buckets,
+sharding."""
 import collections
 
 import pytest
@@ -6,9 +7,9 @@ import sentencepiece as spm
 import tensorflow as tf
 
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from pipelines.buckets import bucket_boundaries
-from pipelines.data import length_stats, make_dataset
-from pipelines.shards import train_shards
+from pipelines.training.buckets import bucket_boundaries
+from pipelines.training.data import length_stats, make_dataset
+from pipelines.corpus.shards import train_shards
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.checkpoint_files import checkpoint_step, training_checkpoints
+from pipelines.training.checkpoint_files import checkpoint_step, training_checkpoints
 from pipelines.paths import RunPaths
 from tiny_run import make_tiny_run, subprocess_env
 
@@ -23,7 +23,8 @@ def test_replicas_and_accumulation_make_the_one_replica_update(tmp_path: Path) -
     # in weights with tiny gradients in proportion to it.
     config = make_tiny_run(tmp_path, train={"warmup_steps": 4000, "learning_rate_scale": 50.0})
     result = subprocess.run([sys.executable, str(TESTS / "replicas_script.py"), str(config),
-                             "20"], env=subprocess_env(), capture_output=True, text=True, timeout=240)
+                             "20"], env=subprocess_env(), capture_output=True, text=True,
+                            timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["replicas"] == {"merged": 1, "replicas": 2, "accumulated": 1}

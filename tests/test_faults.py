@@ -17,11 +17,12 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from pipelines.checkpoint_files import checkpoint_problem, checkpoint_step, training_checkpoints
+from pipelines.training.checkpoint_files import (checkpoint_problem, checkpoint_step,
+                                                 training_checkpoints)
 from pipelines.cli import main
 from pipelines.config import load_config
 from pipelines.paths import RunPaths
-from pipelines.train import TrainingRun
+from pipelines.training.train import TrainingRun
 from tiny_run import make_tiny_run
 
 DEV = ("--split", "dev")  # the tiny run has a dev split, no test split

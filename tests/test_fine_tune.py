@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from pipelines.checkpoint_files import training_checkpoints
+from pipelines.training.checkpoint_files import training_checkpoints
 from pipelines.cli import main
 from pipelines.paths import RunPaths
 from tiny_run import WORDS, make_tiny_run

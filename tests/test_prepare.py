@@ -1,4 +1,4 @@
-"""pipelines/prepare.py and the `keras-transformer prepare` command."""
+"""pipelines/corpus/prepare.py and the `keras-transformer prepare` command."""
 import hashlib
 import json
 import os
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import pipelines.splitting
+import pipelines.corpus.splitting
 from pipelines.cli import main
 from pipelines.config import load_config
 from pipelines.files import read_lines
-from pipelines.prepare import prepare
-from pipelines.shards import train_shards
+from pipelines.corpus.prepare import prepare
+from pipelines.corpus.shards import train_shards
 
 SPLITS = [f"data/{split}.{side}" for split in ("dev", "test") for side in ("src", "tgt")]
 OUTPUTS = SPLITS + ["data/train.json", "vocab/spm.model", "vocab/spm.vocab"]
@@ -115,7 +115,7 @@ def numbered_corpus(pairs: int) -> tuple[bytes, bytes]:
 
 
 def test_shards_samples_and_a_smaller_re_prepare(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(pipelines.splitting, "STATS_SAMPLE", 500)
+    monkeypatch.setattr(pipelines.corpus.splitting, "STATS_SAMPLE", 500)
     config = write_corpus(tmp_path, *numbered_corpus(3040), shards=3, vocab_max_sentences=1000)
     assert main(["prepare", str(config)]) == 0
     out = capsys.readouterr().out

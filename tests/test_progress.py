@@ -47,7 +47,8 @@ def test_eta_is_the_sooner_of_the_steps_and_the_budget():
     unbounded = Progress(1000, stream=io.StringIO())
     unbounded._start = (time.monotonic() - 10.0, 1)
     unbounded.update(11, {}, log=True)
-    assert "ETA 0:16:" in unbounded.stream.getvalue() and "budget" not in unbounded.stream.getvalue()
+    shown = unbounded.stream.getvalue()
+    assert "ETA 0:16:" in shown and "budget" not in shown
 
 
 def test_a_prepare_pass_shows_pairs_rate_and_share_of_the_input(monkeypatch):

@@ -19,7 +19,7 @@ from pipelines.config import DataConfig, PipelineConfig, load_config
 from pipelines.paths import RunPaths
 from pipelines.run import STAGE_NAMES, STAGES, report, run, stale_reason
 from pipelines.sections import EvaluateConfig, ExportConfig, ModelSection, TrainConfig
-from pipelines.shards import train_shards
+from pipelines.corpus.shards import train_shards
 
 SLICE = {"train": 400, "dev": 12, "test": 12}
 
@@ -45,8 +45,9 @@ def tiny_config(demo_run, tmp_path_factory) -> Path:
         "data": {"source": "files", **splits, "vocab_size": 400, "max_length": 64},
         "model": {"preset": "tiny", "max_length": 128, "dtype": "float32"},
         "train": {"batch_tokens": 1024, "steps": 40, "warmup_steps": 20,
-                  "checkpoint_every_steps": 10, "keep_checkpoints": 3, "average_last": 3, "validate_every_steps": 20,
-                  "bleu_every_steps": 40, "bleu_max_sentences": 12, "log_every_steps": 10},
+                  "checkpoint_every_steps": 10, "keep_checkpoints": 3, "average_last": 3,
+                  "validate_every_steps": 20, "bleu_every_steps": 40, "bleu_max_sentences": 12,
+                  "log_every_steps": 10},
         "evaluate": {"beam_size": 2, "splits": ["dev", "test"]},
     }
     path = root / "tiny.yaml"

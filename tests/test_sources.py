@@ -1,4 +1,5 @@
-"""pipelines/sources.py and pipelines/splitting.py: builtin Bibles, user files and TFDS builders
+"""pipelines/corpus/sources.py and pipelines/corpus/splitting.py: builtin Bibles, user files and
+TFDS builders
 streamed into cleaned, filtered, de-duplicated splits."""
 import dataclasses
 import hashlib
@@ -11,12 +12,12 @@ import pytest
 import tensorflow_datasets as tfds
 
 from pipelines import CorpusError
-from pipelines.bible import BIBLES, clean_verse
+from pipelines.corpus.bible import BIBLES, clean_verse
 from pipelines.config import DataConfig, SplitFiles
 from pipelines.files import read_lines
-from pipelines.shards import shard_stem
-from pipelines.sources import TFDS_RETRIES, open_source
-from pipelines.splitting import write_splits
+from pipelines.corpus.shards import shard_stem
+from pipelines.corpus.sources import TFDS_RETRIES, open_source
+from pipelines.corpus.splitting import write_splits
 
 
 @dataclasses.dataclass

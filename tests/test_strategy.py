@@ -1,4 +1,4 @@
-"""pipelines/strategy.py: the decisions that every worker must take alike."""
+"""pipelines/training/strategy.py: the decisions that every worker must take alike."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from pipelines import InputError
-from pipelines import strategy as strategies
+from pipelines.training import strategy as strategies
 
 
 def test_one_machine_decides_alone() -> None:

@@ -17,12 +17,12 @@ import tensorflow as tf
 from keras_transformer.config import PRESETS
 from pipelines import InputError
 from pipelines.cli import main
-from pipelines.checkpoint_files import checkpoint_step, training_checkpoints
-from pipelines.buckets import bucket_boundaries
+from pipelines.training.checkpoint_files import checkpoint_step, training_checkpoints
+from pipelines.training.buckets import bucket_boundaries
 from pipelines.config import ConfigError, load_config
 from pipelines.paths import RunPaths
 from pipelines.sections import ModelSection
-from pipelines.train import TrainingDiverged, TrainingRun
+from pipelines.training.train import TrainingDiverged, TrainingRun
 from tiny_run import dataset_fn, make_tiny_run, subprocess_env, synthetic_halves
 
 CLI = "import sys; from pipelines.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -52,7 +52,8 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     killed_at = checkpoint_step(kept[-1])
     assert 10 <= killed_at < 60
 
-    result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=180)
+    result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True,
+                            timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"ckpt-{killed_at} at step {killed_at}" in result.stdout  # resumed, not from 0
     assert f"trained {run_dir} to step 60 (resumed at step {killed_at}" in result.stdout

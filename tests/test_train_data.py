@@ -1,11 +1,11 @@
-"""pipelines/train_data.py: the token budget checked against the replicas that split it."""
+"""pipelines/training/train_data.py: the token budget checked against the replicas that split it."""
 from pathlib import Path
 
 import pytest
 
 from pipelines import InputError
 from pipelines.config import load_config
-from pipelines.train_data import check_batch_tokens
+from pipelines.training.train_data import check_batch_tokens
 from tiny_run import make_tiny_run
 
 

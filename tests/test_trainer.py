@@ -1,4 +1,4 @@
-"""pipelines/trainer.py in one process: the XLA update equals the plain one."""
+"""pipelines/training/trainer.py in one process: the XLA update equals the plain one."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from keras_transformer.tokenizer import Tokenizer
 from pipelines.config import load_config
-from pipelines.trainer import Trainer
+from pipelines.training.trainer import Trainer
 from tiny_run import make_tiny_run, synthetic_halves
 
 

@@ -1,12 +1,13 @@
-"""pipelines/validation.py: dev BLEU translates the dev sources as `evaluate` does; dev loss."""
+"""pipelines/training/validation.py: dev BLEU translates the dev sources as `evaluate` does; dev
+loss."""
 import sacrebleu
 
 from export.translator import Translator
 from export_helpers import SENTENCES
 from keras_transformer.tokenizer import Tokenizer
 from keras_transformer.decoding_settings import DecodingSettings
-from pipelines.data import make_dataset
-from pipelines.validation import DevBleu, DevLoss
+from pipelines.training.data import make_dataset
+from pipelines.training.validation import DevBleu, DevLoss
 
 
 def test_dev_bleu_translates_as_the_translator_with_beam_1(export_translator, tmp_path):

@@ -25,7 +25,7 @@ def make_tiny_run(directory: Path, *, model: dict[str, Any] | None = None,
     40 dev pairs); the defaults train 20 steps of the tiny preset without dropout.
     """
     from keras_transformer.tokenizer import train_sentencepiece
-    from pipelines.shards import shard_stem, write_manifest
+    from pipelines.corpus.shards import shard_stem, write_manifest
 
     run_dir = directory / "run"
     data_dir = run_dir / "data"
@@ -121,7 +121,7 @@ def overflow_replica_1_at(update: int) -> None:
     next try of that update is left alone."""
     import tensorflow as tf
 
-    from pipelines.trainer import Trainer
+    from pipelines.training.trainer import Trainer
 
     original = Trainer._batch_gradients
 

@@ -13,10 +13,10 @@ import argparse
 
 import numpy as np
 
-from pipelines.budget import TrainingClock
+from pipelines.training.budget import TrainingClock
 from pipelines.config import load_config
-from pipelines.strategy import exit_worker
-from pipelines.train import TrainingRun
+from pipelines.training.strategy import exit_worker
+from pipelines.training.train import TrainingRun
 from tiny_run import overflow_replica_1_at
 
 

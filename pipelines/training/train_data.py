@@ -7,9 +7,9 @@ from typing import Callable
 import tensorflow as tf
 
 from pipelines import InputError
-from pipelines.buckets import smallest_batch_tokens
+from pipelines.training.buckets import smallest_batch_tokens
 from pipelines.config import PipelineConfig
-from pipelines.data import any_pair_fits, make_dataset
+from pipelines.training.data import any_pair_fits, make_dataset
 from pipelines.paths import RunPaths
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
@@ -17,7 +17,8 @@ DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 
 def check_batch_tokens(config: PipelineConfig, replicas: int) -> None:
     """Refuses a train.batch_tokens whose per-replica share cannot hold a pair of the longest
-    length bucket (`pipelines.buckets.smallest_batch_tokens`; the config checked 1 replica).
+    length bucket (`pipelines.training.buckets.smallest_batch_tokens`; the config checked 1
+    replica).
 
     Raises:
         InputError: naming the key, the replicas and the least value that works.

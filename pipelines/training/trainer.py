@@ -16,7 +16,7 @@ import tensorflow as tf
 from keras_transformer.losses import projected_label_smoothed_cross_entropy
 from keras_transformer.schedules import paper_optimizer
 from keras_transformer.tokenizer import PAD_ID
-from pipelines.budget import TrainingClock
+from pipelines.training.budget import TrainingClock
 from pipelines.config import PipelineConfig
 from pipelines.models import build_model
 
@@ -79,7 +79,7 @@ class Trainer:
         dataset's): it takes a tuple of accumulate_steps batches and returns (mean loss,
         real target tokens, whether every replica's gradients were finite), all global. With
         loss scaling a non-finite step is skipped everywhere and the loss scale halved; without,
-        it is applied and the caller must stop (`pipelines.train` does, before saving)."""
+        it is applied and the caller must stop (`pipelines.training.train` does, before saving)."""
         specs = (element_spec,) * self.config.train.accumulate_steps
         self.train_step = tf.function(self._distributed_step, input_signature=[specs])
 

@@ -2,17 +2,18 @@
 
 runs/NAME/{data,vocab} -> runs/NAME/checkpoints/ckpt-STEP, runs/NAME/logs (TensorBoard).
 
-* Strategy: `pipelines.strategy.make_strategy` (MirroredStrategy, or MultiWorkerMirroredStrategy
-  under a TF_CONFIG cluster); each worker reads its own train shards through
-  `distribute_datasets_from_function`, each replica batches of train.batch_tokens / replicas.
-* Update: `pipelines.trainer.Trainer`, `accumulate_steps` batches per replica in one compiled
-  tf.function whose input signature leaves every batch shape free (it traces once).
+* Strategy: `pipelines.training.strategy.make_strategy` (MirroredStrategy, or
+  MultiWorkerMirroredStrategy under a TF_CONFIG cluster); each worker reads its own train
+  shards through `distribute_datasets_from_function`, each replica batches of
+  train.batch_tokens / replicas.
+* Update: `pipelines.training.trainer.Trainer`, `accumulate_steps` batches per replica in one
+  compiled tf.function whose input signature leaves every batch shape free (it traces once).
 * Checkpoints every N steps and/or minutes (and at the end), the last K kept; a rerun resumes
-  from the latest with its step, optimizer state and schedule (`pipelines.checkpoints`).
-* Fine-tuning (`train.init_from`, `pipelines.parent`): a run without checkpoints starts from
-  its parent's weights, with a fresh optimizer and schedule; the parent is recorded.
+  from the latest with its step, optimizer state and schedule (`pipelines.training.checkpoints`).
+* Fine-tuning (`train.init_from`, `pipelines.training.parent`): a run without checkpoints
+  starts from its parent's weights, with a fresh optimizer and schedule; the parent is recorded.
   The data order is reseeded with the step, so a resumed run does not replay its first batches.
-* Observability: dev loss and greedy dev BLEU every N steps (`pipelines.validation`),
+* Observability: dev loss and greedy dev BLEU every N steps (`pipelines.training.validation`),
   TensorBoard scalars, a progress line; a non-finite loss or gradient stops the run naming the
   step, before any checkpoint of the bad weights is written.
 
@@ -27,23 +28,23 @@ import time
 import keras
 import tensorflow as tf
 
-from pipelines.buckets import bucket_boundaries
-from pipelines.budget import TrainingClock
-from pipelines.checkpoints import CheckpointSaver
+from pipelines.training.buckets import bucket_boundaries
+from pipelines.training.budget import TrainingClock
+from pipelines.training.checkpoints import CheckpointSaver
 from pipelines.config import PipelineConfig
 from pipelines.files import check_writable
 from pipelines.models import run_tokenizer
-from pipelines.parent import start_from_parent
+from pipelines.training.parent import start_from_parent
 from pipelines.paths import RunPaths
 from pipelines.progress import Progress
-from pipelines.strategy import (any_worker, check_same_step_as_chief, chief_value, is_chief,
-                                is_multi_worker, make_strategy, mean_over_workers,
-                                strategy_name)
-from pipelines.tensorboard import write_scalars
-from pipelines.train_data import DatasetFn, check_batch_tokens, train_dataset_fn
-from pipelines.train_report import TrainSummary, Window
-from pipelines.trainer import Trainer
-from pipelines.validation import Validator
+from pipelines.training.strategy import (any_worker, check_same_step_as_chief, chief_value,
+                                         is_chief, is_multi_worker, make_strategy,
+                                         mean_over_workers, strategy_name)
+from pipelines.training.tensorboard import write_scalars
+from pipelines.training.train_data import DatasetFn, check_batch_tokens, train_dataset_fn
+from pipelines.training.train_report import TrainSummary, Window
+from pipelines.training.trainer import Trainer
+from pipelines.training.validation import Validator
 
 
 
@@ -54,7 +55,7 @@ class TrainingDiverged(RuntimeError):
 def train(config: PipelineConfig, *, strategy: tf.distribute.Strategy | None = None,
           dataset_fn: DatasetFn | None = None) -> TrainSummary:
     """Trains (or resumes training) the run of `config` to `train.steps` updates, or until its
-    `train.max_minutes` budget is spent (`pipelines.budget`).
+    `train.max_minutes` budget is spent (`pipelines.training.budget`).
 
     Args:
         config: the pipeline config; reads runs/NAME/vocab/spm.model and data/.
@@ -64,7 +65,7 @@ def train(config: PipelineConfig, *, strategy: tf.distribute.Strategy | None = N
     Raises:
         InputError: the run is not prepared, or its checkpoints cannot be resumed (incomplete,
             of another vocabulary or architecture), or its `train.init_from` parent cannot be
-            fine-tuned (see `pipelines.parent`).
+            fine-tuned (see `pipelines.training.parent`).
         OSError: the run directory cannot be written, or a checkpoint cannot (a full disk).
         TrainingDiverged: a non-finite loss or gradient.
     """

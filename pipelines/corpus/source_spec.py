@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from pipelines.bible import BIBLES
+from pipelines.corpus.bible import BIBLES
 
 
 def check_source_spec(spec: str) -> str | None:

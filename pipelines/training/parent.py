@@ -18,10 +18,10 @@ import keras
 
 from keras_transformer.tokenizer import PAD_ID
 from pipelines import InputError
-from pipelines.checkpoint_files import check_complete, default_checkpoint
-from pipelines.checkpoint_records import (check_recorded_architecture, check_vocabulary,
+from pipelines.training.checkpoint_files import check_complete, default_checkpoint
+from pipelines.training.checkpoint_records import (check_recorded_architecture, check_vocabulary,
                                           file_sha256)
-from pipelines.checkpoints import restore_model
+from pipelines.training.checkpoints import restore_model
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open
 from pipelines.models import run_tokenizer

@@ -18,13 +18,13 @@ from keras_transformer.losses import label_smoothed_cross_entropy
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
 from keras_transformer.translate import GREEDY, decode_sources
-from pipelines.budget import Recipe
+from pipelines.training.budget import Recipe
 from pipelines.config import PipelineConfig
-from pipelines.data import make_dataset
+from pipelines.training.data import make_dataset
 from pipelines.files import read_lines
 from pipelines.paths import RunPaths
 from pipelines.progress import Progress
-from pipelines.tensorboard import write_scalars
+from pipelines.training.tensorboard import write_scalars
 
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32)
 DECODE_BATCH = 64  # sentences per greedy decoding batch
@@ -35,7 +35,7 @@ class DevLoss:
 
     Args:
         model: the Transformer.
-        dataset: batches of {"source_ids", "target_ids"} as `pipelines.data.make_dataset`
+        dataset: batches of {"source_ids", "target_ids"} as `pipelines.training.data.make_dataset`
             yields them (target BOS ... EOS), iterated whole at each call.
     """
 

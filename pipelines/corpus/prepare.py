@@ -1,11 +1,12 @@
 """The prepare stage: corpus -> runs/NAME/data/{train shards, dev, test} + vocab/spm.model.
 
 The split files hold raw (untokenized) UTF-8 text, one sentence a line; the train split is in
-shard files listed by data/train.json (pipelines/shards.py). The corpus streams through
-`pipelines.splitting` in two passes with bounded memory; the shared SentencePiece vocabulary
+shard files listed by data/train.json (pipelines/corpus/shards.py). The corpus streams through
+`pipelines.corpus.splitting` in two passes with bounded memory; the shared SentencePiece vocabulary
 is learned from a uniform sample of at most `data.vocab_max_sentences` train sentences per side
 (a fine-tuning run, `train.init_from`, copies its parent's instead), and the summary's token
-statistics are estimated from a sample of 100,000 train pairs (`pipelines.splitting.STATS_SAMPLE`).
+statistics are estimated from a sample of 100,000 train pairs
+(`pipelines.corpus.splitting.STATS_SAMPLE`).
 
 Everything is written under data/.prepare-PID first and moved into place at the end, the train
 manifest last: a bad corpus raises before anything is written, and an interrupted prepare
@@ -23,12 +24,12 @@ from keras_transformer.tokenizer import (Tokenizer, model_type, train_sentencepi
                                          vocabulary)
 from pipelines.config import DataConfig, PipelineConfig
 from pipelines.files import atomic_open, write_lines_atomic
-from pipelines.parent import find_parent
+from pipelines.training.parent import find_parent
 from pipelines.paths import RunPaths
 from pipelines.progress import PassProgress
-from pipelines.shards import is_shard_file, shard_stem, write_manifest
-from pipelines.sources import open_source
-from pipelines.splitting import Splits, write_splits
+from pipelines.corpus.shards import is_shard_file, shard_stem, write_manifest
+from pipelines.corpus.sources import open_source
+from pipelines.corpus.splitting import Splits, write_splits
 
 STAGING_PREFIX = ".prepare-"
 
@@ -85,7 +86,8 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
 
     Raises:
         CorpusError: the corpus is missing, malformed or empty after filtering.
-        InputError: `train.init_from` names no usable parent (`pipelines.parent.find_parent`).
+        InputError: `train.init_from` names no usable parent
+            (`pipelines.training.parent.find_parent`).
     """
     start = time.monotonic()
     data = config.data
@@ -130,7 +132,7 @@ def _measure(splits: Splits, model: Path, config: PipelineConfig
              ) -> tuple[int, tuple[float, float], tuple[float, float]]:
     """On the statistics sample: train pairs over max_length (scaled to the split), pieces per
     sentence and the batches' padding efficiency, tokenized and bucketed as in training."""
-    from pipelines.data import length_stats
+    from pipelines.training.data import length_stats
 
     stats = length_stats(*splits.stats_sample, model, max_length=config.data.max_length)
     too_long = round(stats.too_long * splits.pairs["train"] / stats.pairs)

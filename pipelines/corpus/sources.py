@@ -1,7 +1,7 @@
 """Corpora as streams of cleaned sentence pairs, read again for each pass of `prepare`.
 
 Sources (the `data.source` of a pipeline config):
-- `bible:SRC-TGT` (pipelines/bible.py): every aligned verse pair, whole chapters assigned to
+- `bible:SRC-TGT` (pipelines/corpus/bible.py): every aligned verse pair, whole chapters assigned to
   dev and test.
 - `files`: the user's parallel text files (`src` + `tgt`) or TSV files, one pair per line, read
   as bytes and split on '\\n' only (as tf.data reads them).
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from pipelines import CorpusError
-from pipelines.bible import bible_pairs
+from pipelines.corpus.bible import bible_pairs
 from pipelines.files import clean_text
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 import numpy as np
 
 from pipelines import CorpusError
-from pipelines.shards import shard_count, shard_stem
-from pipelines.sources import Pair, Source
+from pipelines.corpus.shards import shard_count, shard_stem
+from pipelines.corpus.sources import Pair, Source
 
 if TYPE_CHECKING:
     from pipelines.config import DataConfig

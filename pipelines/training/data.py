@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
-from pipelines.buckets import bucket_boundaries
+from pipelines.training.buckets import bucket_boundaries
 
 TOKENIZE_BATCH = 1024
 LENGTHS_BATCH = 4096
@@ -53,7 +53,7 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
 
     Args:
         shards: (source file, target file) pairs, one sentence a line, aligned by line
-            (`pipelines.shards.train_shards`, or one pair of split files).
+            (`pipelines.corpus.shards.train_shards`, or one pair of split files).
         spm_model_path: the shared SentencePiece model.
         batch_tokens: token budget of a batch per side, counted on padded sizes. With an
             `input_context` (`strategy.distribute_datasets_from_function`) batches are per
@@ -79,7 +79,7 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
         budget, multiple = batch_tokens // input_context.num_replicas_in_sync, 1
     if bounds[-1] < max_length:
         raise ValueError(f"the last bucket boundary {bounds[-1]} is below max_length {max_length}")
-    if budget < multiple * bounds[-1]:  # pipelines.buckets.smallest_batch_tokens's rule
+    if budget < multiple * bounds[-1]:  # pipelines.training.buckets.smallest_batch_tokens's rule
         raise ValueError(f"a token budget of {budget} per batch cannot hold {multiple} pair(s) "
                          f"of the longest bucket ({bounds[-1]} tokens)")
     tokenizer = Tokenizer.from_file(spm_model_path)

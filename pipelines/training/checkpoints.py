@@ -15,8 +15,8 @@ the config recorded beside it, model.json, else the variables' shapes), so that 
 copy or an edited `model` section is one line naming the file or the field, not a traceback.
 A save that fails (a full disk) leaves no partial checkpoint and says so in one line.
 
-Finding and checking the files: `pipelines.checkpoint_files`; what they were trained with:
-`pipelines.checkpoint_records`.
+Finding and checking the files: `pipelines.training.checkpoint_files`; what they were trained with:
+`pipelines.training.checkpoint_records`.
 """
 from __future__ import annotations
 
@@ -28,16 +28,17 @@ from typing import TYPE_CHECKING
 import keras
 import tensorflow as tf
 
-from pipelines.checkpoint_files import (check_complete, checkpoint_step,
-                                        newest_readable_checkpoint, remove_partial_checkpoint,
-                                        restoring, tf_write_errors)
-from pipelines.checkpoint_records import (check_architecture, check_vocabulary, record_model,
-                                          record_vocabulary)
+from pipelines.training.checkpoint_files import (check_complete, checkpoint_step,
+                                                  newest_readable_checkpoint,
+                                                  remove_partial_checkpoint, restoring,
+                                                  tf_write_errors)
+from pipelines.training.checkpoint_records import (check_architecture, check_vocabulary,
+                                                   record_model, record_vocabulary)
 from pipelines.paths import CHECKPOINT_NAME, RunPaths
-from pipelines.strategy import is_chief, task_id
+from pipelines.training.strategy import is_chief, task_id
 
 if TYPE_CHECKING:
-    from pipelines.budget import TrainingClock
+    from pipelines.training.budget import TrainingClock
     from pipelines.sections import TrainConfig
 
 
@@ -114,7 +115,7 @@ class CheckpointSaver:
 
     def minutes_due(self) -> bool:
         """Whether train.checkpoint_every_minutes have passed since the last save, on this
-        worker's clock (`pipelines.strategy.any_worker` agrees it)."""
+        worker's clock (`pipelines.training.strategy.any_worker` agrees it)."""
         minutes = self.settings.checkpoint_every_minutes
         return bool(minutes) and time.monotonic() - self.last_save >= 60 * minutes
 

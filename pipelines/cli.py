@@ -20,6 +20,7 @@ from pipelines.run import STAGE_NAMES, STAGES, stale_reason
 from pipelines.gpu import warn_unused_gpu_driver
 from pipelines.startup import import_tensorflow_quietly
 from pipelines.translate_command import translate_command
+from pipelines.translate_stream import WINDOW
 
 # Errors of the machine, not of the program: reported in one line, exit status 2.
 SYSTEM_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
@@ -71,6 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     translate.add_argument("--prefix-file", metavar="FILE",
                            help="a target prefix per input line (empty: none) that each "
                            "translation must begin with (SavedModel only)")
+    translate.add_argument("--output", metavar="FILE",
+                           help="write to FILE instead of stdout; a FILE that an interrupted "
+                           "job left is continued after the lines it holds whole")
+    translate.add_argument("--window", type=int, default=WINDOW, metavar="LINES",
+                           help=f"lines read, sorted by length and translated at once, bounding "
+                           f"memory (default {WINDOW})")
+    translate.add_argument("--progress", action="store_true",
+                           help="a progress line on stderr even when it is not a terminal")
     translate.set_defaults(handler=translate_command)
     evaluate = commands.add_parser(
         "evaluate", help="beam search on a split -> eval/SPLIT.hyp, eval/SPLIT.json "

@@ -130,9 +130,10 @@ def _clock(seconds: float) -> str:
 
 
 class PassProgress:
-    """`prepare` streaming a corpus: `reading | 1,234,567 pairs | 98,765 pairs/s | 34% of the
-    input | elapsed 0:00:12`, redrawn in place on a terminal (every `DRAW_SECONDS` while pairs
-    flow), a line every `LOG_SECONDS` elsewhere.
+    """A stream of items passing through: `reading | 1,234,567 pairs | 98,765 pairs/s | 34% of
+    the input | elapsed 0:00:12` (prepare), `translating | 12,000 lines | 85 lines/s | 41% of
+    the input | elapsed 0:02:21 | ETA 0:03:23` (translate), redrawn in place on a terminal
+    (every `DRAW_SECONDS` while items flow), a line every `LOG_SECONDS` elsewhere.
 
     Example:
         progress = PassProgress()
@@ -143,29 +144,35 @@ class PassProgress:
 
     DRAW_SECONDS = 1.0
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, unit: str = "pairs",
+                 eta: bool = False) -> None:
         self.stream = stream or sys.stdout
+        self.unit, self.eta = unit, eta
         self.in_place = self.stream.isatty()
         self._started = self._last = time.monotonic()
         self._label = ""
         self._label_start = (self._started, 0)
         self._open_line = False
 
-    def update(self, label: str, pairs: int, fraction: float | None) -> None:
-        """`pairs` of the pass `label` read, `fraction` of its input (None: unknown)."""
+    def update(self, label: str, count: int, fraction: float | None, force: bool = False) -> None:
+        """`count` items of the pass `label` done, `fraction` of its input (None: unknown);
+        drawn when due, or now with `force`."""
         now = time.monotonic()
         if label != self._label:
-            self._label, self._label_start = label, (now, pairs)
-        if now - self._last < (self.DRAW_SECONDS if self.in_place else LOG_SECONDS):
+            self._label, self._label_start = label, (now, count)
+        if not force and now - self._last < (self.DRAW_SECONDS if self.in_place
+                                             else LOG_SECONDS):
             return
         self._last = now
         started, first = self._label_start
-        fields = [label, f"{pairs:,} pairs"]
-        if now > started and pairs > first:
-            fields.append(f"{(pairs - first) / (now - started):,.0f} pairs/s")
+        fields = [label, f"{count:,} {self.unit}"]
+        if now > started and count > first:
+            fields.append(f"{(count - first) / (now - started):,.0f} {self.unit}/s")
         if fraction is not None:
             fields.append(f"{100 * fraction:.0f}% of the input")
         fields.append(f"elapsed {_clock(now - self._started)}")
+        if self.eta and fraction and fraction < 1:
+            fields.append(f"ETA {_clock((now - self._started) * (1 - fraction) / fraction)}")
         line = " | ".join(fields)
         if self.in_place:
             self.stream.write(f"\r{line}\x1b[K")

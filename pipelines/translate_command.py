@@ -1,60 +1,88 @@
 """`keras-transformer translate`: lines in, translations out in input order, through the
 runtime of an export (TensorFlow, ONNX Runtime or CTranslate2), with n-best lists and forced
-target prefixes where the SavedModel gives them; bad options are refused before any work."""
+target prefixes where the SavedModel gives them; bad options are refused before any work.
+Input of any size streams through a window at a time (`pipelines.translate_stream`), with a
+progress line on stderr on a terminal (or with --progress)."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
-from typing import BinaryIO
 
 from pipelines import InputError
 from pipelines.gpu import warn_unused_gpu_driver
+from pipelines.progress import PassProgress
 from pipelines.startup import import_tensorflow_quietly
+from pipelines.translate_stream import (InputLines, TranslateWindow, resumed_output,
+                                        translate_windows)
 
 
 def translate_command(args: argparse.Namespace) -> int:
-    """`keras-transformer translate`: lines of a file or stdin -> translations on stdout."""
+    """`keras-transformer translate`: lines of a file or stdin -> translations on stdout or in
+    `--output FILE` (continued if an earlier job was interrupted), a window at a time."""
     from export.loading import open_translator, resolve_export
 
-    if any(value is not None and value < 1 for value in (args.beam, args.batch_size, args.n_best)):
-        raise InputError("--beam, --batch-size and --n-best must be positive")
+    values = (args.beam, args.batch_size, args.n_best, args.window)
+    if any(value is not None and value < 1 for value in values):
+        raise InputError("--beam, --batch-size, --n-best and --window must be positive")
     if args.input != "-" and not Path(args.input).is_file():
         problem = "a directory, not a file" if Path(args.input).is_dir() else "no such file"
         raise InputError(f"{args.input}: {problem}")
+    output = Path(args.output) if args.output else None
+    if output is not None and output.is_dir():
+        raise InputError(f"--output {output}: a directory, not a file")
     runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
     if args.n_best is not None:
         _check_n_best(args.n_best, runtime, directory, args.beam)
     stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     with stream:
-        lines = _read_lines(stream)
-    prefixes = None
-    if args.prefix_file:
-        prefixes = _read_prefixes(Path(args.prefix_file), lines, runtime, directory, args)
-    if runtime == "tf":
-        import_tensorflow_quietly()
-        warn_unused_gpu_driver("translate", "translating")
-    translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
-    if prefixes is not None:
-        translations = translator.prefixed_lines(lines, prefixes, args.batch_size)
-        output = [text + "\n" for text in translations]
-    elif args.n_best is None:
-        output = [text + "\n" for text in translator.translate_lines(lines, args.batch_size)]
-    else:
-        output = [f"{index} ||| {text} ||| {score:.4f}\n"
-                  for index, hypotheses in enumerate(translator.nbest_lines(lines,
-                                                                            args.batch_size))
-                  for text, score in hypotheses[:args.n_best]]
-    sys.stdout.buffer.write("".join(output).encode("utf-8"))
+        size = None if args.input == "-" else Path(args.input).stat().st_size
+        lines: InputLines | list[str] = InputLines(stream, size)
+        prefixes = None
+        if args.prefix_file:  # checked against every line before any work: held in memory
+            lines = list(lines)
+            prefixes = _read_prefixes(Path(args.prefix_file), lines, runtime, directory, args)
+        if runtime == "tf":
+            import_tensorflow_quietly()
+            warn_unused_gpu_driver("translate", "translating")
+        translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
+        translate = _window_translator(translator, args, prefixes)
+        with resumed_output(output, args.n_best or 1) as (done, out):
+            if done:
+                print(f"keras-transformer translate: {output} holds {done:,} translated "
+                      f"lines; going on from line {done + 1:,}", file=sys.stderr)
+            progress = (PassProgress(sys.stderr, unit="lines", eta=True)
+                        if args.progress or sys.stderr.isatty() else None)
+
+            def report(count: int) -> None:
+                if progress:
+                    progress.update("translated", done + count, getattr(lines, "fraction", None))
+
+            count = translate_windows(itertools.islice(lines, done, None), translate, out,
+                                      args.window, done, report)
+            if progress:
+                progress.update("translated", done + count, None, force=True)
+                progress.close()
     return 0
 
 
-def _read_lines(stream: BinaryIO) -> list[str]:
-    """The lines of a byte stream, without line ends; invalid UTF-8 read as SentencePiece
-    reads it."""
-    from export.lines import decode_line
+def _window_translator(translator, args: argparse.Namespace,
+                       prefixes: list[str] | None) -> TranslateWindow:
+    """The output of a window of lines: translations, n-best rows `LINE ||| TEXT ||| SCORE`
+    (LINE counting input lines from 0), or translations that begin with their prefixes."""
+    def translate(lines: list[str], first: int) -> list[str]:
+        if prefixes is not None:
+            return [text + "\n" for text in translator.prefixed_lines(
+                lines, prefixes[first:first + len(lines)], args.batch_size)]
+        if args.n_best is None:
+            return [text + "\n" for text in translator.translate_lines(lines, args.batch_size)]
+        return ["".join(f"{first + index} ||| {text} ||| {score:.4f}\n"
+                        for text, score in hypotheses[:args.n_best])
+                for index, hypotheses in enumerate(translator.nbest_lines(lines,
+                                                                          args.batch_size))]
 
-    return [decode_line(line).rstrip("\r\n") for line in stream]
+    return translate
 
 
 def _read_prefixes(path: Path, lines: list[str], runtime: str, directory: Path,
@@ -73,7 +101,7 @@ def _read_prefixes(path: Path, lines: list[str], runtime: str, directory: Path,
         raise InputError("--prefix-file: the SavedModel's translate_prefix signature forces "
                          "prefixes; not with --runtime onnx or --n-best")
     with open(path, "rb") as file:
-        prefixes = _read_lines(file)
+        prefixes = list(InputLines(file))
     problem = prefix_problem(lines, prefixes, directory / SAVED_MODEL_EXTRA / SPM_FILE,
                              saved_model_metadata(directory))
     if problem:

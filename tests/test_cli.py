@@ -59,7 +59,7 @@ def test_nbest_lists_the_export_cannot_give_are_refused_before_any_work(exported
              f"--n-best: {exported.onnx} is not a SavedModel, whose translate_nbest "
              f"signature gives n-best lists; use --runtime tf"),
             ([str(exported.saved_model), "--n-best", "0"],
-             "--beam, --batch-size and --n-best must be positive")]:
+             "--beam, --batch-size, --n-best and --window must be positive")]:
         assert main(["translate", args[0], str(source), *args[1:]]) == 2
         assert capsys.readouterr().err == f"keras-transformer translate: error: {error}\n"
 

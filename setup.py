@@ -27,7 +27,7 @@ setup(
         "matplotlib==3.11.2",
     ],
     extras_require={
-        "test": ["pytest==9.2.0"],
+        "test": ["pytest==9.2.0", "pytest-xdist==3.8.0"],  # make test: 2 processes
         # Training writes its event files with core TF; the viewer is optional.
         "tensorboard": ["tensorboard==2.21.0"],
         # `make setup GPU=1`: the same TensorFlow wheel with CUDA 12 and cuDNN 9 as NVIDIA's pip

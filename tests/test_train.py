@@ -85,12 +85,12 @@ def test_one_trace_over_batches_of_20_shapes_in_mixed_bfloat16(tmp_path: Path,
 
 
 def test_a_tiny_xla_run_compiles_once_per_bucket_and_says_so(tmp_path: Path, capsys) -> None:
-    config = load_config(make_tiny_run(tmp_path, train={"steps": 8, "jit_compile": True,
-                                                        "checkpoint_every_steps": 8}))
+    config = load_config(make_tiny_run(tmp_path, train={"steps": 4, "jit_compile": True,
+                                                        "checkpoint_every_steps": 4}))
     run = TrainingRun(config)
     summary = run.run()
     shapes = run.trainer.compiled_shapes
-    assert summary.step == 8 and np.isfinite(summary.loss)
+    assert summary.step == 4 and np.isfinite(summary.loss)
     assert run.trainer.train_step.experimental_get_tracing_count() == 1
     assert 1 <= len(shapes) <= len(bucket_boundaries(40))
     assert all(source[1] == target[1] for source, target in shapes)  # one bucket a batch
@@ -194,7 +194,7 @@ def test_no_train_pair_within_max_length_stops_before_training(tmp_path: Path, c
 def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_clock(
         tmp_path: Path) -> None:
     config = load_config(make_tiny_run(tmp_path, train={
-        "steps": 100_000, "warmup_steps": 4000, "max_minutes": 0.3,
+        "steps": 100_000, "warmup_steps": 4000, "max_minutes": 0.5,
         "checkpoint_every_steps": 1000}))
     summary = TrainingRun(config).run()
     assert summary.ended_by == "budget" and 0 < summary.step < summary.planned_steps * 1.1
@@ -203,7 +203,7 @@ def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_cl
     assert summary.planned_steps < 100_000 and summary.warmup_steps < summary.step
     first_ratio = summary.warmup_steps / 4000
     assert summary.learning_rate_scale == pytest.approx(first_ratio ** 0.5, rel=0.1)
-    assert 0.8 * 18 < summary.seconds <= 18 + 5
+    assert 0.4 * 60 < summary.seconds <= 0.5 * 60 + 5
     assert checkpoint_step(training_checkpoints(RunPaths(config.run_path))[-1]) == summary.step
     # The run goes on from the budget's last checkpoint: average and evaluate (which restores
     # the averaged checkpoint as export does).
@@ -221,7 +221,7 @@ def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_cl
     assert again.seconds >= summary.seconds and again.planned_steps == summary.planned_steps
     # More budget: training goes on from the checkpoint, with the time already spent counted.
     longer = dataclasses.replace(config, train=dataclasses.replace(config.train,
-                                                                   max_minutes=0.45))
+                                                                   max_minutes=0.75))
     resumed = TrainingRun(longer).run()
     assert resumed.start_step == summary.step < resumed.step
-    assert resumed.seconds <= 0.45 * 60 + 5 and resumed.ended_by == "budget"
+    assert resumed.seconds <= 0.75 * 60 + 5 and resumed.ended_by == "budget"

@@ -22,6 +22,7 @@ import sentencepiece as spm
 from export import ExportError
 from export.lines import decode_line, normalize_spaces, translate_in_batches
 from export.metadata import METADATA_FILE, SPM_FILE, ExportMetadata
+from export.scores import Pair, PairScore, gnmt_score, score_in_batches
 
 QUANTIZATIONS = ("float32", "int8")  # the models an export writes, one directory each
 LINE_BREAK_PIECES, SPACE_PIECE = ("<0x0A>", "<0x0D>"), "<0x20>"
@@ -73,6 +74,23 @@ class CTranslate2Translator:
         for i, result in zip(real, results):
             translations[i] = result.hypotheses[0]
         return translations
+
+    def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
+        """The score of each (line, translation) pair, in order: `score_batch`, sources cut
+        as `translate` cuts them, targets uncut."""
+        return score_in_batches(self._score_batch, pairs, batch_size)
+
+    def _score_batch(self, pairs: list[Pair]) -> list[PairScore]:
+        limit = self.metadata.settings.max_source_length - 1
+        encode = self.processor.encode
+        sources = [encode(normalize_spaces(source), out_type=str)[:limit] for source, _ in pairs]
+        targets = [encode(normalize_spaces(target), out_type=str) for _, target in pairs]
+        results = self.translator.score_batch(sources, targets, max_input_length=0)
+        alpha = self.metadata.settings.alpha
+        return [PairScore(gnmt_score(sum(result.log_probs), len(result.log_probs), alpha),
+                          sum(result.log_probs),
+                          [self.processor.piece_to_id(piece) for piece in result.tokens],
+                          list(result.log_probs)) for result in results]
 
     def translate_lines(self, lines: Sequence[str | bytes], batch_size: int = 32) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""

@@ -30,12 +30,15 @@ class LineTranslator(Protocol):
 
 
 def resolve_export(path: Path, runtime: str | None = None) -> tuple[str, Path]:
-    """(runtime, directory): the SavedModel version or ONNX directory that `path` names; of a
-    base path, the newest version holding its graph and metadata.
+    """(runtime, directory): the SavedModel version, ONNX or CTranslate2 directory that `path`
+    (an export or a run's directory) names; of a base path, the newest version holding its
+    graph and metadata.
 
     Raises:
         ExportError: nothing exported there, or not for `runtime`.
     """
+    if (path / "export").is_dir():  # a run's directory
+        path = path / "export"
     found: dict[str, Path] = {}
     for base in (path, path / "saved_model"):
         version = base if (base / SAVED_MODEL_GRAPH).is_file() else latest_version(

@@ -6,10 +6,11 @@
 
 Signatures (`export.translator`): `serving_default` (text -> translation, score),
 `translate_ids` (source_ids -> target_ids, score), `translate_nbest` (text -> the final
-beam's translations and scores, best first) and `translate_prefix` (text, prefix ->
-translation, score: each translation begins with its prefix). The graphs use core TF ops and
-TF Text ops of TF Serving's set (serving/tf_serving_text_ops.txt); the SentencePiece model is
-inside them.
+beam's translations and scores, best first), `translate_prefix` (text, prefix ->
+translation, score: each translation begins with its prefix) and `score` (text, target -> the
+given translation's score, log-probability and per-piece log-probabilities). The graphs use
+core TF ops and TF Text ops of TF Serving's set (serving/tf_serving_text_ops.txt); the
+SentencePiece model is inside them.
 
 Each export takes a new integer version, 1 + the largest one present: it is written under a
 temporary name (`.export-*`; TF Serving reads integer names only) and renamed into place
@@ -30,7 +31,8 @@ from export.lines import translate_in_batches
 from export.metadata import METADATA_FILE, SAVED_MODEL_EXTRA, SPM_FILE, saved_model_metadata
 from export.serving.client import predict_request
 from export.text import encode_text
-from export.translator import Translator, nbest_pairs, prefixed_in_batches
+from export.scores import Pair, PairScore, score_in_batches
+from export.translator import Translator, nbest_pairs, prefixed_in_batches, scored_batch
 from export.versions import publish_version, staging_directory
 from keras_transformer.model import Transformer
 from keras_transformer.precision import resolve_dtype
@@ -57,7 +59,8 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
             "serving_default": translator.translate.get_concrete_function(),
             "translate_ids": translator.translate_ids.get_concrete_function(),
             "translate_nbest": translator.translate_nbest.get_concrete_function(),
-            "translate_prefix": translator.translate_prefix.get_concrete_function()})
+            "translate_prefix": translator.translate_prefix.get_concrete_function(),
+            "score": translator.score.get_concrete_function()})
         extra = temporary / "assets.extra"
         extra.mkdir()
         write_warmup(extra / WARMUP_FILE, translator, warmup_text, model_name)
@@ -70,7 +73,7 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
 
 def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
                  model_name: str) -> None:
-    """TF Serving's warm-up file: PredictionLog records for both signatures."""
+    """TF Serving's warm-up file: PredictionLog records for every signature."""
     from tensorflow_serving.apis import prediction_log_pb2
 
     batches = [np.array(texts[:1], object), np.array(texts, object)]
@@ -78,6 +81,8 @@ def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
                 for batch in batches for signature in ("serving_default", "translate_nbest")]
     requests += [predict_request(model_name, {"text": batch, "prefix": np.full_like(batch, "")},
                                  "translate_prefix") for batch in batches]
+    requests += [predict_request(model_name, {"text": batch, "target": batch}, "score")
+                 for batch in batches]
     requests += [predict_request(model_name, {"source_ids": encode_text(
         tf.constant(batch), translator.spm_model_proto,
                                         translator.settings.max_source_length)},
@@ -132,6 +137,13 @@ class SavedModelTranslator:
         through the `translate_prefix` signature."""
         return prefixed_in_batches(self._signature("translate_prefix"), lines, prefixes,
                                    batch_size)
+
+    def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
+        """The score of each (line, translation) pair, in order, through the `score`
+        signature."""
+        signature = self._signature("score")
+        return score_in_batches(lambda batch: scored_batch(signature, batch), pairs,
+                                batch_size)
 
     def _signature(self, name: str):
         if name not in self.loaded.signatures:

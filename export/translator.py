@@ -8,6 +8,11 @@ the serving signatures of the SavedModel (the first two are the sources of the O
                                              "scores": float32 [batch, beam]}, best first
     translate_prefix(text string [batch], prefix string [batch]) -> as `translate`, each
         translation forced to begin with its prefix (target terminology, interactive use)
+    score(text string [batch], target string [batch]) -> {"score": float32 [batch],
+        "log_prob": float32 [batch], "target_ids": int32 [batch, time],
+        "token_log_probs": float32 [batch, time]}: each given translation scored
+        (`keras_transformer.scoring`); target_ids are its pieces then EOS, then PAD, and
+        token_log_probs theirs (0 at PAD)
 
 `source_ids` are a source as training saw it: pieces, EOS, then PAD; `target_ids` are the best
 hypothesis without BOS, EOS included where it ended with one, PAD after. The score is its
@@ -52,13 +57,16 @@ import tensorflow as tf
 from export.lines import translate_in_batches
 from export.text import encode_text
 from export.metadata import ExportMetadata
+from export.scores import Pair, PairScore, score_in_batches, signature_scores
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
+from keras_transformer.scoring import score_targets
 from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from keras_transformer.translate import decode_hypotheses
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PREFIX_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
+TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 
 
@@ -144,6 +152,24 @@ class Translator(tf.Module):
         ids, scores = self.hypotheses(source_ids, prefix_ids)  # [batch, beam, time]
         return {"translation": tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}
 
+    @tf.function(input_signature=[TEXT_SPEC, TARGET_SPEC])
+    def score(self, text: tf.Tensor, target: tf.Tensor) -> dict[str, tf.Tensor]:
+        """UTF-8 lines [batch] and their translations [batch] -> the translations' scores
+        (as `translate` scores its own), log-probabilities and pieces. A target of more
+        pieces than the model accepts fails the request (InvalidArgumentError), uncut."""
+        target = tf.ensure_shape(target, TARGET_SPEC.shape)  # TF Serving does not check
+        same_batch = tf.debugging.assert_equal(
+            tf.shape(text), tf.shape(target), message="text and target need the same batch size")
+        with tf.control_dependencies([same_batch]):
+            source_ids = self.encode(text)
+        target_ids = Tokenizer(self.spm_model_proto).tokenize(target).to_tensor(PAD_ID)
+        scores = score_targets(self.model, source_ids, target_ids, self.settings)
+        positions = tf.range(tf.shape(scores.token_log_probs)[1])[None]  # [1, time + 1]
+        ends = positions == scores.length[:, None] - 1
+        target_ids = tf.where(ends, EOS_ID, tf.pad(target_ids, [[0, 0], [0, 1]]))
+        return {"score": scores.score, "log_prob": scores.log_prob, "target_ids": target_ids,
+                "token_log_probs": scores.token_log_probs}
+
     def encode(self, text: tf.Tensor) -> tf.Tensor:
         """Graph code: UTF-8 lines [batch] -> source ids [batch, time]; a `text` that is not a
         vector is refused at run time (TF Serving does not check it)."""
@@ -174,6 +200,11 @@ class Translator(tf.Module):
         """Translations of `lines`, each beginning with its prefix ("": none), in order."""
         return prefixed_in_batches(self.translate_prefix, lines, prefixes, batch_size)
 
+    def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
+        """The score of each (line, translation) pair, in order."""
+        return score_in_batches(lambda batch: scored_batch(self.score, batch), pairs,
+                                batch_size)
+
     def nbest_lines(self, lines: Sequence[str], batch_size: int = 32
                     ) -> list[list[tuple[str, float]]]:
         """The final beam of each line, best first: (translation, score) pairs."""
@@ -186,6 +217,14 @@ def nbest_pairs(output: dict[str, tf.Tensor]) -> list[list[tuple[str, float]]]:
     """`translate_nbest`'s output -> per line, (translation, score) pairs, best first."""
     return [[(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores)]
             for texts, scores in zip(output["translations"].numpy(), output["scores"].numpy())]
+
+
+def scored_batch(score: Callable[..., dict[str, tf.Tensor]], batch: list[Pair]
+                 ) -> list[PairScore]:
+    """`score(text=, target=)` (the function or its signature) of one batch of pairs."""
+    texts, targets = zip(*batch)
+    output = score(text=tf.constant(texts), target=tf.constant(targets))
+    return signature_scores({key: value.numpy() for key, value in output.items()})
 
 
 def prefixed_in_batches(translate_prefix: Callable[..., dict[str, tf.Tensor]],

@@ -21,6 +21,12 @@ from typing import Any, Literal
 STOP_RULES = ("full", "bound")  # when a sentence's beam search ends (keras_transformer.decoding)
 
 
+def max_target_pieces(model_max_length: int) -> int:
+    """The most pieces of a given target that a model of `model_max_length` positions scores
+    (then EOS: `keras_transformer.scoring`)."""
+    return model_max_length - 1
+
+
 class DecodingSettingsError(ValueError):
     """An invalid setting; `field` names it."""
 

@@ -19,6 +19,7 @@ from pipelines.config import PipelineConfig, check_corpus_files, load_config
 from pipelines.run import STAGE_NAMES, STAGES, stale_reason
 from pipelines.gpu import warn_unused_gpu_driver
 from pipelines.startup import import_tensorflow_quietly
+from pipelines.score_command import score_command
 from pipelines.translate_command import translate_command
 from pipelines.translate_stream import WINDOW
 
@@ -81,6 +82,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     translate.add_argument("--progress", action="store_true",
                            help="a progress line on stderr even when it is not a terminal")
     translate.set_defaults(handler=translate_command)
+    score = commands.add_parser(
+        "score", help="(source, translation) pairs -> `SCORE<TAB>LOG_PROB` per pair, in order")
+    score.add_argument("model_dir", help="an export or a run directory (runs/NAME)")
+    score.add_argument("source", help="source lines, or a TSV file of SOURCE<TAB>TARGET rows "
+                       "without TARGET (- : stdin)")
+    score.add_argument("target", nargs="?", help="the translations, line by line")
+    score.add_argument("--runtime", choices=("tf", "ct2"),
+                       help="the SavedModel's score signature or CTranslate2 (default: tf if "
+                       "found)")
+    score.add_argument("--tokens", action="store_true",
+                       help="a third column: each target piece and </s> as PIECE=LOG_PROB")
+    score.add_argument("--batch-size", type=int, default=32)
+    score.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout; a "
+                       "FILE that an interrupted job left is continued")
+    score.add_argument("--window", type=int, default=WINDOW, metavar="PAIRS",
+                       help=f"pairs read and scored at once (default {WINDOW})")
+    score.add_argument("--progress", action="store_true",
+                       help="a progress line on stderr even when it is not a terminal")
+    score.set_defaults(handler=score_command)
     evaluate = commands.add_parser(
         "evaluate", help="beam search on a split -> eval/SPLIT.hyp, eval/SPLIT.json "
         "(sacrebleu BLEU and chrF)")
@@ -117,8 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(args.config)
             if _reads_corpus(args, config):
                 check_corpus_files(args.config, config)
-        # translate may run on ONNX Runtime, without TensorFlow; doctor reports a failed import
-        if args.command not in ("translate", "doctor"):
+        # translate and score may run without TensorFlow; doctor reports a failed import
+        if args.command not in ("translate", "score", "doctor"):
             import_tensorflow_quietly()
         return args.handler(args)
     except (InputError, ExportError) as error:

@@ -1,0 +1,138 @@
+"""`keras-transformer score`: (source, translation) pairs in, one score line per pair out, in
+input order, through the SavedModel's `score` signature or CTranslate2's `score_batch`.
+
+Pairs come from two files of parallel lines or one TSV file (SOURCE<TAB>TARGET, or stdin);
+each output line is `SCORE<TAB>LOG_PROB`, and with --tokens a third column of
+`PIECE=LOG_PROB` items, the target's pieces then `</s>`. SCORE is the log-probability divided
+by the GNMT length penalty, as `translate` scores its own translations (README, "Scoring").
+Files are read through once before any work, so that a bad pair (no tab, another line count,
+a target longer than the model accepts) stops the command before it writes anything; output
+streams a window at a time and `--output FILE` continues an interrupted job.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+from typing import Iterator
+
+from pipelines import InputError
+from pipelines.progress import PassProgress
+from pipelines.startup import import_tensorflow_quietly
+from pipelines.translate_stream import InputLines, resumed_output, translate_windows
+
+
+def score_command(args: argparse.Namespace) -> int:
+    """Scores the pairs of `args.source` (and `args.target`) with the export's runtime."""
+    from export.loading import open_saved_model, resolve_export
+    from export.metadata import SAVED_MODEL_EXTRA, SPM_FILE, ExportMetadata, METADATA_FILE
+
+    if args.batch_size < 1 or args.window < 1:
+        raise InputError("--batch-size and --window must be positive")
+    for name in filter(None, (args.source, args.target)):
+        if name != "-" and not Path(name).is_file():
+            raise InputError(f"{name}: {'a directory' if Path(name).is_dir() else 'no such file'}")
+    runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
+    if runtime == "onnx":
+        raise InputError(f"score: {directory} is an ONNX export, which holds no scoring graph; "
+                         f"use --runtime tf (the SavedModel's score signature) or --runtime ct2")
+    if runtime == "ct2":
+        from export.ct2_runtime import CTranslate2Translator
+
+        scorer = CTranslate2Translator(directory.parent, directory.name)
+        metadata, spm_model = scorer.metadata, directory.parent / SPM_FILE
+    else:
+        metadata = ExportMetadata.read(directory / SAVED_MODEL_EXTRA / METADATA_FILE)
+        spm_model = directory / SAVED_MODEL_EXTRA / SPM_FILE
+    checker = PairChecker(spm_model, metadata.settings.max_source_length,
+                          metadata.model.max_length)
+    if args.source != "-":  # read through once: nothing is written for a bad input
+        for _ in checked_pairs(args, checker):
+            pass
+    if runtime == "tf":
+        import_tensorflow_quietly()
+        scorer = open_saved_model(directory)
+    output = Path(args.output) if args.output else None
+    with resumed_output(output, 1) as (done, out):
+        progress = (PassProgress(sys.stderr, unit="pairs", eta=True)
+                    if args.progress or sys.stderr.isatty() else None)
+
+        def score_window(pairs: list[tuple[str, str]], first: int) -> list[str]:
+            return [format_score(score, checker, args.tokens)
+                    for score in scorer.score_pairs(pairs, args.batch_size)]
+
+        def report(count: int) -> None:
+            if progress:
+                progress.update("scored", done + count, None)
+
+        count = translate_windows(itertools.islice(checked_pairs(args, checker), done, None),
+                                  score_window, out, args.window, done, report)
+        if progress:
+            progress.update("scored", done + count, None, force=True)
+            progress.close()
+    return 0
+
+
+class PairChecker:
+    """Refuses a pair the model would score only cut: a source of more pieces than the export
+    reads, a target of more than the model scores."""
+
+    def __init__(self, spm_model: Path, max_source_length: int, model_max_length: int) -> None:
+        import sentencepiece as spm
+
+        from keras_transformer.decoding_settings import max_target_pieces
+
+        self.processor = spm.SentencePieceProcessor(model_file=str(spm_model))
+        self.source_limit = max_source_length - 1  # then EOS
+        self.target_limit = max_target_pieces(model_max_length)
+
+    def check(self, source: str, target: str, where: tuple[str, str]) -> None:
+        from export.lines import normalize_spaces
+
+        for text, limit, side, place in ((source, self.source_limit, "source", where[0]),
+                                         (target, self.target_limit, "target", where[1])):
+            pieces = len(self.processor.encode(normalize_spaces(text)))
+            if pieces > limit:
+                raise InputError(f"{place}: the {side} has {pieces} pieces; the export "
+                                 f"scores at most {limit}")
+
+    def piece(self, token_id: int) -> str:
+        return self.processor.id_to_piece(token_id)
+
+
+def checked_pairs(args: argparse.Namespace, checker: PairChecker) -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of the input, each checked; InputError names file and line."""
+    source_stream = sys.stdin.buffer if args.source == "-" else open(args.source, "rb")
+    with source_stream:
+        sources = InputLines(source_stream)
+        if args.target is None:
+            for number, row in enumerate(sources, 1):
+                where = f"{'stdin' if args.source == '-' else args.source}:{number}"
+                if "\t" not in row:
+                    raise InputError(f"{where}: no tab between source and target")
+                source, target = row.split("\t", 1)
+                checker.check(source, target, (where, where))
+                yield source, target
+            return
+        with open(args.target, "rb") as target_stream:
+            targets = InputLines(target_stream)
+            for number, (source, target) in enumerate(
+                    itertools.zip_longest(sources, targets), 1):
+                if source is None or target is None:
+                    shorter, longer = ((args.source, args.target) if source is None
+                                       else (args.target, args.source))
+                    raise InputError(f"{shorter} has {number - 1} lines and {longer} more: "
+                                     f"the files must be parallel")
+                checker.check(source, target, (f"{args.source}:{number}",
+                                               f"{args.target}:{number}"))
+                yield source, target
+
+
+def format_score(score, checker: PairChecker, tokens: bool) -> str:
+    """`SCORE<TAB>LOG_PROB[<TAB>PIECE=LOG_PROB ...]` and a line break."""
+    line = f"{score.score:.4f}\t{score.log_prob:.4f}"
+    if tokens:
+        line += "\t" + " ".join(f"{checker.piece(i)}={p:.4f}"
+                                for i, p in zip(score.token_ids, score.token_log_probs))
+    return line + "\n"

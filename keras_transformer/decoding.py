@@ -10,7 +10,8 @@ The model is reached only through a scoring function::
               axis from step to step (self-attention keys/values grown with tf.concat)
       logits: float [n, vocab] for the next token (any float dtype; scored in float32)
 
-n is batch * beam (batch-major: row b * beam + k); the batch for greedy search. `initial_cache` always has leading dimension batch; beam search tiles it.
+n is batch * beam (batch-major: row b * beam + k); the batch for greedy search.
+`initial_cache` always has leading dimension batch; beam search tiles it.
 `keras_transformer.translate.decode_sources` runs them over a Transformer.
 
     beam_search(fn, initial_cache, max_decode_lengths, *, beam_size, bos_id, eos_id,

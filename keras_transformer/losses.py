@@ -131,6 +131,7 @@ def _chunked_cross_entropy(hidden: tf.Tensor, table: tf.Tensor, labels: tf.Tenso
 
 
 def _smoothed_entropy(label_mass: tf.Tensor, other_mass: tf.Tensor, vocab: tf.Tensor) -> tf.Tensor:
-    """-sum q log q for q with `label_mass` on one class and `other_mass` on the vocab - 1 others."""
+    """-sum q log q for q with `label_mass` on one class and `other_mass` on the vocab - 1
+    others."""
     others = tf.cast(vocab - 1, tf.float32) * tf.math.xlogy(other_mass, other_mass)
     return -(tf.math.xlogy(label_mass, label_mass) + others)

@@ -20,7 +20,8 @@ import ctranslate2
 import sentencepiece as spm
 
 from export import ExportError
-from export.lines import decode_line, normalize_spaces, translate_in_batches
+from export.lines import (decode_line, normalize_spaces, scored_in_batches,
+                          translate_in_batches)
 from export.metadata import METADATA_FILE, SPM_FILE, ExportMetadata
 from export.scores import Pair, PairScore, gnmt_score, score_in_batches
 
@@ -53,10 +54,14 @@ class CTranslate2Translator:
 
     def translate(self, texts: Sequence[str | bytes]) -> list[str]:
         """One batch of lines -> their translations."""
+        return [self._detokenize(pieces)
+                for pieces in self.translate_pieces(self._source_pieces(texts))]
+
+    def _source_pieces(self, texts: Sequence[str | bytes]) -> list[list[str]]:
+        """Lines -> source pieces as the graphs read them (max_source_length - 1, no EOS)."""
         limit = self.metadata.settings.max_source_length - 1
-        sources = [self.processor.encode(normalize_spaces(decode_line(text)),
-                                         out_type=str)[:limit] for text in texts]
-        return [self._detokenize(pieces) for pieces in self.translate_pieces(sources)]
+        return [self.processor.encode(normalize_spaces(decode_line(text)), out_type=str)[:limit]
+                for text in texts]
 
     def translate_pieces(self, sources: list[list[str]]) -> list[list[str]]:
         """Source pieces (EOS not included) -> the best translation's pieces (EOS not
@@ -74,6 +79,21 @@ class CTranslate2Translator:
         for i, result in zip(real, results):
             translations[i] = result.hypotheses[0]
         return translations
+
+    def scored_lines(self, lines: Sequence[str | bytes], batch_size: int = 32
+                     ) -> list[tuple[str, float]]:
+        """(translation, score) of each line, in order: the translation scored by
+        `score_batch` (CTranslate2's own beam score divides by length ** alpha, not by the
+        GNMT penalty); a line without pieces: ("", 0), as the TF graph gives it."""
+        def translate(batch: list[str | bytes]) -> dict:
+            sources = self._source_pieces(batch)
+            texts = [self._detokenize(pieces) for pieces in self.translate_pieces(sources)]
+            scores = self._score_batch([(decode_line(line), text)
+                                        for line, text in zip(batch, texts)])
+            return {"translation": texts, "score": [score.score if pieces else 0.0
+                                                    for score, pieces in zip(scores, sources)]}
+
+        return scored_in_batches(translate, lines, batch_size)
 
     def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
         """The score of each (line, translation) pair, in order: `score_batch`, sources cut

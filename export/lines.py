@@ -4,7 +4,7 @@ from __future__ import annotations
 import codecs
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 if TYPE_CHECKING:
     from export.metadata import ExportMetadata
@@ -44,6 +44,18 @@ def translate_in_batches(translate_batch: Callable[[list[L]], Sequence[T]],
         for index, text in zip(batch, translate_batch([lines[i] for i in batch])):
             translations[index] = text
     return translations
+
+
+def scored_in_batches(translate: Callable[[list[str]], dict[str, Any]], lines: Sequence[str],
+                      batch_size: int) -> list[tuple[str, float]]:
+    """(translation, score) of each line in order, from `translate(batch)` -> {"translation":
+    [batch], "score": [batch]} (a runtime's translate) over batches of similar lengths."""
+    def scored_batch(batch: list[str]) -> list[tuple[str, float]]:
+        output = translate(batch)
+        return [(text, float(score)) for text, score in zip(output["translation"],
+                                                            output["score"])]
+
+    return translate_in_batches(scored_batch, lines, batch_size)
 
 
 def prefix_problem(lines: Sequence[str], prefixes: Sequence[str], spm_model: Path,

@@ -63,6 +63,13 @@ def resolve_export(path: Path, runtime: str | None = None) -> tuple[str, Path]:
     return runtime, found[runtime]
 
 
+def export_files(runtime: str, directory: Path) -> tuple[Path, Path]:
+    """(translator.json, spm.model) of the export `resolve_export` found for `runtime`."""
+    base = {"tf": directory / SAVED_MODEL_EXTRA, "onnx": directory,
+            "ct2": directory.parent}[runtime]
+    return base / METADATA_FILE, base / SPM_FILE
+
+
 def open_translator(path: Path, runtime: str | None = None,
                     beam_size: int | None = None) -> LineTranslator:
     """The translator of an export; with `beam_size` other than the exported one, the

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from export.lines import decode_line, translate_in_batches
+from export.lines import decode_line, scored_in_batches, translate_in_batches
 from export.metadata import METADATA_FILE, MODEL_FILE, TRANSLATOR_FILE, ExportMetadata
 
 
@@ -99,6 +99,11 @@ class OnnxTranslator:
                                   batch_size)["translation"]
         return translate_in_batches(lambda batch: self.translate(batch)["translation"], lines,
                                     batch_size)
+
+    def scored_lines(self, lines: Sequence[str | bytes], batch_size: int = 32
+                     ) -> list[tuple[str, float]]:
+        """(translation, score) of each line, in order."""
+        return scored_in_batches(self.translate, lines, batch_size)
 
     def _needs_child(self) -> bool:
         """Whether TensorFlow is imported and the text session not yet made."""

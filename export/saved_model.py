@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from export import ExportError
-from export.lines import translate_in_batches
+from export.lines import scored_in_batches, translate_in_batches
 from export.metadata import METADATA_FILE, SAVED_MODEL_EXTRA, SPM_FILE, saved_model_metadata
 from export.serving.client import predict_request
 from export.text import encode_text
@@ -121,6 +121,11 @@ class SavedModelTranslator:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""
         return translate_in_batches(lambda batch: self.translate(batch)["translation"], lines,
                                     batch_size)
+
+    def scored_lines(self, lines: Sequence[str], batch_size: int = 32
+                     ) -> list[tuple[str, float]]:
+        """(translation, score) of each line, in order."""
+        return scored_in_batches(self.translate, lines, batch_size)
 
     def nbest_lines(self, lines: Sequence[str], batch_size: int = 32
                     ) -> list[list[tuple[str, float]]]:

@@ -46,6 +46,12 @@ def signature_scores(output: dict[str, np.ndarray]) -> list[PairScore]:
     return scores
 
 
+def token_column(score: PairScore, piece: Callable[[int], str]) -> str:
+    """`PIECE=LOG_PROB ...`: each piece of the translation, then `</s>`, with its
+    log-probability (`piece`: id -> piece)."""
+    return " ".join(f"{piece(i)}={p:.4f}" for i, p in zip(score.token_ids, score.token_log_probs))
+
+
 def score_in_batches(score_batch: Callable[[list[Pair]], list[PairScore]],
                      pairs: Sequence[Pair], batch_size: int) -> list[PairScore]:
     """`score_batch` over `pairs` in batches of similar target lengths; scores in order."""

@@ -54,7 +54,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from export.lines import translate_in_batches
+from export.lines import scored_in_batches, translate_in_batches
 from export.text import encode_text
 from export.metadata import ExportMetadata
 from export.scores import Pair, PairScore, score_in_batches, signature_scores
@@ -189,16 +189,23 @@ class Translator(tf.Module):
 
     def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""
-        def translate_batch(batch: list[str]) -> list[str]:
-            output = self.translate(tf.constant(batch, tf.string))["translation"]
-            return [text.decode("utf-8") for text in output.numpy()]
-
-        return translate_in_batches(translate_batch, lines, batch_size)
+        return [text for text, _ in self.scored_lines(lines, batch_size)]
 
     def prefixed_lines(self, lines: Sequence[str], prefixes: Sequence[str],
                        batch_size: int = 32) -> list[str]:
         """Translations of `lines`, each beginning with its prefix ("": none), in order."""
         return prefixed_in_batches(self.translate_prefix, lines, prefixes, batch_size)
+
+    def scored_lines(self, lines: Sequence[str], batch_size: int = 32
+                     ) -> list[tuple[str, float]]:
+        """(translation, score) of each line, in order."""
+        def translate(batch: list[str]) -> dict:
+            output = self.translate(tf.constant(batch, tf.string))
+            return {"translation": [text.decode("utf-8") for text in
+                                    output["translation"].numpy()],
+                    "score": output["score"].numpy()}
+
+        return scored_in_batches(translate, lines, batch_size)
 
     def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
         """The score of each (line, translation) pair, in order."""

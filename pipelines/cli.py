@@ -70,6 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="print the N best translations of each line (N <= the beam "
                            "size; SavedModel only) as `LINE ||| TRANSLATION ||| SCORE`, LINE "
                            "counting input lines from 0, best first")
+    translate.add_argument("--scores", action="store_true",
+                           help="print `SCORE<TAB>TRANSLATION`: the score beam search gave (the "
+                           "log-probability over the GNMT length penalty)")
+    translate.add_argument("--tokens", action="store_true",
+                           help="--scores and a third column: each piece and </s> as "
+                           "PIECE=LOG_PROB (SavedModel and CTranslate2)")
     translate.add_argument("--prefix-file", metavar="FILE",
                            help="a target prefix per input line (empty: none) that each "
                            "translation must begin with (SavedModel only)")

@@ -25,8 +25,8 @@ from pipelines.translate_stream import InputLines, resumed_output, translate_win
 
 def score_command(args: argparse.Namespace) -> int:
     """Scores the pairs of `args.source` (and `args.target`) with the export's runtime."""
-    from export.loading import open_saved_model, resolve_export
-    from export.metadata import SAVED_MODEL_EXTRA, SPM_FILE, ExportMetadata, METADATA_FILE
+    from export.loading import export_files, open_saved_model, resolve_export
+    from export.metadata import ExportMetadata
 
     if args.batch_size < 1 or args.window < 1:
         raise InputError("--batch-size and --window must be positive")
@@ -37,14 +37,8 @@ def score_command(args: argparse.Namespace) -> int:
     if runtime == "onnx":
         raise InputError(f"score: {directory} is an ONNX export, which holds no scoring graph; "
                          f"use --runtime tf (the SavedModel's score signature) or --runtime ct2")
-    if runtime == "ct2":
-        from export.ct2_runtime import CTranslate2Translator
-
-        scorer = CTranslate2Translator(directory.parent, directory.name)
-        metadata, spm_model = scorer.metadata, directory.parent / SPM_FILE
-    else:
-        metadata = ExportMetadata.read(directory / SAVED_MODEL_EXTRA / METADATA_FILE)
-        spm_model = directory / SAVED_MODEL_EXTRA / SPM_FILE
+    metadata_file, spm_model = export_files(runtime, directory)
+    metadata = ExportMetadata.read(metadata_file)
     checker = PairChecker(spm_model, metadata.settings.max_source_length,
                           metadata.model.max_length)
     if args.source != "-":  # read through once: nothing is written for a bad input
@@ -53,6 +47,10 @@ def score_command(args: argparse.Namespace) -> int:
     if runtime == "tf":
         import_tensorflow_quietly()
         scorer = open_saved_model(directory)
+    else:
+        from export.ct2_runtime import CTranslate2Translator
+
+        scorer = CTranslate2Translator(directory.parent, directory.name)
     output = Path(args.output) if args.output else None
     with resumed_output(output, 1) as (done, out):
         progress = (PassProgress(sys.stderr, unit="pairs", eta=True)
@@ -131,8 +129,7 @@ def checked_pairs(args: argparse.Namespace, checker: PairChecker) -> Iterator[tu
 
 def format_score(score, checker: PairChecker, tokens: bool) -> str:
     """`SCORE<TAB>LOG_PROB[<TAB>PIECE=LOG_PROB ...]` and a line break."""
+    from export.scores import token_column
+
     line = f"{score.score:.4f}\t{score.log_prob:.4f}"
-    if tokens:
-        line += "\t" + " ".join(f"{checker.piece(i)}={p:.4f}"
-                                for i, p in zip(score.token_ids, score.token_log_probs))
-    return line + "\n"
+    return line + (f"\t{token_column(score, checker.piece)}" if tokens else "") + "\n"

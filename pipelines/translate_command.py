@@ -9,7 +9,9 @@ import argparse
 import itertools
 import sys
 from pathlib import Path
+from typing import Callable
 
+from export.scores import token_column
 from pipelines import InputError
 from pipelines.gpu import warn_unused_gpu_driver
 from pipelines.progress import PassProgress
@@ -35,6 +37,7 @@ def translate_command(args: argparse.Namespace) -> int:
     runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
     if args.n_best is not None:
         _check_n_best(args.n_best, runtime, directory, args.beam)
+    pieces = _check_scores(args, runtime, directory)
     stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     with stream:
         size = None if args.input == "-" else Path(args.input).stat().st_size
@@ -47,7 +50,7 @@ def translate_command(args: argparse.Namespace) -> int:
             import_tensorflow_quietly()
             warn_unused_gpu_driver("translate", "translating")
         translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
-        translate = _window_translator(translator, args, prefixes)
+        translate = _window_translator(translator, args, prefixes, pieces)
         with resumed_output(output, args.n_best or 1) as (done, out):
             if done:
                 print(f"keras-transformer translate: {output} holds {done:,} translated "
@@ -67,11 +70,21 @@ def translate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _window_translator(translator, args: argparse.Namespace,
-                       prefixes: list[str] | None) -> TranslateWindow:
-    """The output of a window of lines: translations, n-best rows `LINE ||| TEXT ||| SCORE`
-    (LINE counting input lines from 0), or translations that begin with their prefixes."""
+def _window_translator(translator, args: argparse.Namespace, prefixes: list[str] | None,
+                       pieces: Callable[[int], str] | None) -> TranslateWindow:
+    """The output of a window of lines: translations, `SCORE<TAB>TRANSLATION` rows (and
+    `<TAB>PIECE=LOG_PROB ...` with `pieces`: id -> piece), n-best rows `LINE ||| TEXT |||
+    SCORE` (LINE counting input lines from 0), or translations that begin with their
+    prefixes."""
     def translate(lines: list[str], first: int) -> list[str]:
+        if args.scores or pieces:
+            scored = translator.scored_lines(lines, args.batch_size)
+            rows = [f"{score:.4f}\t{text}" for text, score in scored]
+            if pieces:
+                pairs = [(line, text) for line, (text, _) in zip(lines, scored)]
+                rows = [f"{row}\t{token_column(score, pieces)}" for row, score in
+                        zip(rows, translator.score_pairs(pairs, args.batch_size))]
+            return [row + "\n" for row in rows]
         if prefixes is not None:
             return [text + "\n" for text in translator.prefixed_lines(
                 lines, prefixes[first:first + len(lines)], args.batch_size)]
@@ -83,6 +96,32 @@ def _window_translator(translator, args: argparse.Namespace,
                                                                           args.batch_size))]
 
     return translate
+
+
+def _check_scores(args: argparse.Namespace, runtime: str,
+                  directory: Path) -> Callable[[int], str] | None:
+    """Refuses, before any work, scores with --n-best or --prefix-file, and per-piece scores
+    from ONNX Runtime; for --tokens, the export's id -> piece function.
+
+    Raises:
+        InputError: one of those.
+    """
+    if not (args.scores or args.tokens):
+        return None
+    if args.n_best is not None or args.prefix_file:
+        raise InputError("--scores and --tokens: not with --n-best (whose rows carry scores) "
+                         "or --prefix-file")
+    if not args.tokens:
+        return None
+    if runtime == "onnx":
+        raise InputError(f"--tokens: {directory} is an ONNX export, which holds no scoring "
+                         f"graph; use --runtime tf or --runtime ct2")
+    import sentencepiece as spm
+
+    from export.loading import export_files
+
+    return spm.SentencePieceProcessor(model_file=str(export_files(runtime, directory)[1])
+                                      ).id_to_piece
 
 
 def _read_prefixes(path: Path, lines: list[str], runtime: str, directory: Path,

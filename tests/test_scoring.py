@@ -111,3 +111,37 @@ def test_bad_pairs_are_named_before_anything_is_written(saved_model_dir, onnx_di
     assert not output.exists()
     assert "holds no scoring graph; use --runtime tf" in cli_error(
         capsys, "score", onnx_dir, tsv)
+
+
+def test_translate_scores_and_tokens_agree_with_scoring(saved_model_dir, exported, tmp_path,
+                                                        capsys):
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n".join(SENTENCES[:4]) + "\n", encoding="utf-8")
+    assert main(["translate", str(saved_model_dir), str(lines), "--tokens"]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    expected = SavedModelTranslator(saved_model_dir).translate(SENTENCES[:4])
+    assert [row[1] for row in rows] == expected["translation"]
+    np.testing.assert_allclose([float(row[0]) for row in rows], expected["score"], atol=1e-4)
+    for row in rows:  # the pieces' log-probabilities add up to the score's log-probability
+        log_probs = [float(item.rsplit("=", 1)[1]) for item in row[2].split(" ")]
+        length = len(log_probs)
+        assert row[2].split(" ")[-1].startswith("</s>=")
+        assert sum(log_probs) / ((5 + length) / 6) ** 0.6 == pytest.approx(float(row[0]),
+                                                                          abs=2e-3)
+    assert main(["translate", str(exported.ctranslate2.parent), str(lines), "--runtime", "ct2",
+                 "--scores"]) == 0
+    ct2_rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    for ct2_row, row in zip(ct2_rows, rows):
+        if ct2_row[1] == row[1]:  # CTranslate2 ranks by length ** alpha: it may pick another
+            assert float(ct2_row[0]) == pytest.approx(float(row[0]), abs=2e-4)
+    assert sum(ct2_row[1] == row[1] for ct2_row, row in zip(ct2_rows, rows)) >= 3
+
+
+def test_scores_the_export_cannot_give_are_refused_before_any_work(onnx_dir, saved_model_dir,
+                                                                   tmp_path, capsys):
+    lines = tmp_path / "lines.txt"
+    lines.write_text("bird\n")
+    assert "use --runtime tf or --runtime ct2" in cli_error(
+        capsys, "translate", onnx_dir, lines, "--tokens")
+    assert "not with --n-best" in cli_error(capsys, "translate", saved_model_dir, lines,
+                                            "--scores", "--n-best", "2")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import ctranslate2
 import sentencepiece as spm
@@ -23,6 +23,7 @@ from export import ExportError
 from export.lines import (decode_line, normalize_spaces, scored_in_batches,
                           translate_in_batches)
 from export.metadata import METADATA_FILE, SPM_FILE, ExportMetadata
+from keras_transformer.decoding_settings import SamplingSettings
 from export.scores import Pair, PairScore, gnmt_score, score_in_batches
 
 QUANTIZATIONS = ("float32", "int8")  # the models an export writes, one directory each
@@ -63,18 +64,19 @@ class CTranslate2Translator:
         return [self.processor.encode(normalize_spaces(decode_line(text)), out_type=str)[:limit]
                 for text in texts]
 
-    def translate_pieces(self, sources: list[list[str]]) -> list[list[str]]:
+    def translate_pieces(self, sources: list[list[str]], **options: Any) -> list[list[str]]:
         """Source pieces (EOS not included) -> the best translation's pieces (EOS not
-        included), beam search with the exported settings; no pieces -> none."""
+        included), beam search with the exported settings (or `translate_batch` `options`);
+        no pieces -> none."""
         real = [i for i, pieces in enumerate(sources) if pieces]
         translations: list[list[str]] = [[] for _ in sources]
         if not real:
             return translations
         longest = max(len(sources[i]) + 1 for i in real)  # EOS included
         settings = self.metadata.settings
+        options = {"beam_size": settings.beam_size, "length_penalty": settings.alpha, **options}
         results = self.translator.translate_batch(
-            [sources[i] for i in real], beam_size=settings.beam_size,
-            length_penalty=settings.alpha, max_input_length=0,
+            [sources[i] for i in real], max_input_length=0, **options,
             max_decoding_length=settings.output_limit(longest, self.metadata.model.max_length))
         for i, result in zip(real, results):
             translations[i] = result.hypotheses[0]
@@ -82,16 +84,27 @@ class CTranslate2Translator:
 
     def scored_lines(self, lines: Sequence[str | bytes], batch_size: int = 32
                      ) -> list[tuple[str, float]]:
-        """(translation, score) of each line, in order: the translation scored by
+        """(translation, score) of each line, in order: the translation's pieces scored by
         `score_batch` (CTranslate2's own beam score divides by length ** alpha, not by the
         GNMT penalty); a line without pieces: ("", 0), as the TF graph gives it."""
         def translate(batch: list[str | bytes]) -> dict:
             sources = self._source_pieces(batch)
-            texts = [self._detokenize(pieces) for pieces in self.translate_pieces(sources)]
-            scores = self._score_batch([(decode_line(line), text)
-                                        for line, text in zip(batch, texts)])
-            return {"translation": texts, "score": [score.score if pieces else 0.0
-                                                    for score, pieces in zip(scores, sources)]}
+            return self._scored(sources, self.translate_pieces(sources))
+
+        return scored_in_batches(translate, lines, batch_size)
+
+    def sampled_lines(self, lines: Sequence[str | bytes], sampling: SamplingSettings,
+                      first_index: int = 0, batch_size: int = 32) -> list[tuple[str, float]]:
+        """(translation drawn at random, score) of each line, in order. The generators are
+        seeded with `sampling.seed` + first_index, yet CTranslate2's draws do not repeat (its
+        worker threads' generators ignore the seed: CTranslate2 issue #1757)."""
+        ctranslate2.set_random_seed(sampling.seed + first_index)
+
+        def translate(batch: list[str | bytes]) -> dict:
+            sources = self._source_pieces(batch)
+            return self._scored(sources, self.translate_pieces(
+                sources, beam_size=1, sampling_topk=sampling.top_k,
+                sampling_topp=sampling.top_p, sampling_temperature=sampling.temperature))
 
         return scored_in_batches(translate, lines, batch_size)
 
@@ -105,12 +118,25 @@ class CTranslate2Translator:
         encode = self.processor.encode
         sources = [encode(normalize_spaces(source), out_type=str)[:limit] for source, _ in pairs]
         targets = [encode(normalize_spaces(target), out_type=str) for _, target in pairs]
+        return self._score_pieces(sources, targets)
+
+    def _score_pieces(self, sources: list[list[str]], targets: list[list[str]]
+                      ) -> list[PairScore]:
+        """`score_batch` of source and target pieces (no EOS) -> a PairScore each."""
         results = self.translator.score_batch(sources, targets, max_input_length=0)
         alpha = self.metadata.settings.alpha
         return [PairScore(gnmt_score(sum(result.log_probs), len(result.log_probs), alpha),
                           sum(result.log_probs),
                           [self.processor.piece_to_id(piece) for piece in result.tokens],
                           list(result.log_probs)) for result in results]
+
+    def _scored(self, sources: list[list[str]], translations: list[list[str]]) -> dict:
+        """{"translation", "score"} of translations (pieces) of `sources` (pieces): each
+        scored by `score_batch`; a source without pieces scores 0, as the TF graph gives it."""
+        scores = self._score_pieces(sources, translations)
+        return {"translation": [self._detokenize(pieces) for pieces in translations],
+                "score": [score.score if source else 0.0
+                          for score, source in zip(scores, sources)]}
 
     def translate_lines(self, lines: Sequence[str | bytes], batch_size: int = 32) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""

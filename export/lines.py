@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 if TYPE_CHECKING:
     from export.metadata import ExportMetadata
+    from keras_transformer.decoding_settings import SamplingSettings
 
 L, T = TypeVar("L"), TypeVar("T")  # a line (or line and prefix); its translation
 
@@ -56,6 +57,29 @@ def scored_in_batches(translate: Callable[[list[str]], dict[str, Any]], lines: S
                                                             output["score"])]
 
     return translate_in_batches(scored_batch, lines, batch_size)
+
+
+def sampled_in_batches(translate: Callable[..., dict[str, Any]], lines: Sequence[str],
+                       sampling: SamplingSettings, first_index: int,
+                       batch_size: int) -> list[tuple[str, float]]:
+    """(sampled translation, score) of each line in order, from `translate(text=,
+    top_k=, top_p=, temperature=, seed=)` (numpy arrays [batch]; the `translate_sample`
+    signature), line i of the input (`first_index` + its index here) seeded seed + i."""
+    import numpy as np
+
+    def sampled_batch(batch: list[tuple[int, str]]) -> list[tuple[str, float]]:
+        size = len(batch)
+        output = translate(
+            text=np.array([line for _, line in batch], object),
+            top_k=np.full([size], sampling.top_k, np.int32),
+            top_p=np.full([size], sampling.top_p, np.float32),
+            temperature=np.full([size], sampling.temperature, np.float32),
+            seed=np.array([sampling.seed + first_index + index for index, _ in batch], np.int64))
+        return [(text, float(score)) for text, score in zip(output["translation"],
+                                                            output["score"])]
+
+    return translate_in_batches(sampled_batch, list(enumerate(lines)), batch_size,
+                                length=lambda item: len(item[1]))
 
 
 def prefix_problem(lines: Sequence[str], prefixes: Sequence[str], spm_model: Path,

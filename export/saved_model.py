@@ -7,7 +7,8 @@
 Signatures (`export.translator`): `serving_default` (text -> translation, score),
 `translate_ids` (source_ids -> target_ids, score), `translate_nbest` (text -> the final
 beam's translations and scores, best first), `translate_prefix` (text, prefix ->
-translation, score: each translation begins with its prefix) and `score` (text, target -> the
+translation, score: each translation begins with its prefix), `translate_sample` (text and
+sampling parameters per line -> a random translation, score) and `score` (text, target -> the
 given translation's score, log-probability and per-piece log-probabilities). The graphs use
 core TF ops and TF Text ops of TF Serving's set (serving/tf_serving_text_ops.txt); the
 SentencePiece model is inside them.
@@ -27,13 +28,14 @@ import numpy as np
 import tensorflow as tf
 
 from export import ExportError
-from export.lines import scored_in_batches, translate_in_batches
+from export.lines import sampled_in_batches, scored_in_batches, translate_in_batches
 from export.metadata import METADATA_FILE, SAVED_MODEL_EXTRA, SPM_FILE, saved_model_metadata
 from export.serving.client import predict_request
 from export.text import encode_text
 from export.scores import Pair, PairScore, score_in_batches
 from export.translator import Translator, nbest_pairs, prefixed_in_batches, scored_batch
 from export.versions import publish_version, staging_directory
+from keras_transformer.decoding_settings import SamplingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.precision import resolve_dtype
 
@@ -60,6 +62,7 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
             "translate_ids": translator.translate_ids.get_concrete_function(),
             "translate_nbest": translator.translate_nbest.get_concrete_function(),
             "translate_prefix": translator.translate_prefix.get_concrete_function(),
+            "translate_sample": translator.translate_sample.get_concrete_function(),
             "score": translator.score.get_concrete_function()})
         extra = temporary / "assets.extra"
         extra.mkdir()
@@ -83,6 +86,10 @@ def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
                                  "translate_prefix") for batch in batches]
     requests += [predict_request(model_name, {"text": batch, "target": batch}, "score")
                  for batch in batches]
+    requests += [predict_request(model_name, {
+        "text": batch, "top_k": np.zeros(len(batch), np.int32),
+        "top_p": np.ones(len(batch), np.float32), "temperature": np.ones(len(batch), np.float32),
+        "seed": np.arange(len(batch), dtype=np.int64)}, "translate_sample") for batch in batches]
     requests += [predict_request(model_name, {"source_ids": encode_text(
         tf.constant(batch), translator.spm_model_proto,
                                         translator.settings.max_source_length)},
@@ -126,6 +133,19 @@ class SavedModelTranslator:
                      ) -> list[tuple[str, float]]:
         """(translation, score) of each line, in order."""
         return scored_in_batches(self.translate, lines, batch_size)
+
+    def sampled_lines(self, lines: Sequence[str], sampling: SamplingSettings,
+                      first_index: int = 0, batch_size: int = 32) -> list[tuple[str, float]]:
+        """(translation drawn at random, score) of each line, in order, through the
+        `translate_sample` signature; line i seeded `sampling.seed` + first_index + i."""
+        signature = self._signature("translate_sample")
+
+        def translate(**inputs: np.ndarray) -> dict:
+            output = signature(**{name: tf.constant(value) for name, value in inputs.items()})
+            return {"translation": [t.decode("utf-8") for t in output["translation"].numpy()],
+                    "score": output["score"].numpy()}
+
+        return sampled_in_batches(translate, lines, sampling, first_index, batch_size)
 
     def nbest_lines(self, lines: Sequence[str], batch_size: int = 32
                     ) -> list[list[tuple[str, float]]]:

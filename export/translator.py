@@ -8,6 +8,9 @@ the serving signatures of the SavedModel (the first two are the sources of the O
                                              "scores": float32 [batch, beam]}, best first
     translate_prefix(text string [batch], prefix string [batch]) -> as `translate`, each
         translation forced to begin with its prefix (target terminology, interactive use)
+    translate_sample(text string [batch], top_k int32 [batch], top_p float32 [batch],
+        temperature float32 [batch], seed int64 [batch]) -> as `translate`: a random
+        translation of each line (`keras_transformer.sampling`; back-translation)
     score(text string [batch], target string [batch]) -> {"score": float32 [batch],
         "log_prob": float32 [batch], "target_ids": int32 [batch, time],
         "token_log_probs": float32 [batch, time]}: each given translation scored
@@ -62,11 +65,16 @@ from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.scoring import score_targets
 from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from keras_transformer.translate import decode_hypotheses
+from keras_transformer.sampling import Sampling
+from keras_transformer.translate import decode_hypotheses, sample_sources
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PREFIX_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
 TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
+SAMPLING_SPECS = [tf.TensorSpec([None], tf.int32, name="top_k"),
+                  tf.TensorSpec([None], tf.float32, name="top_p"),
+                  tf.TensorSpec([None], tf.float32, name="temperature"),
+                  tf.TensorSpec([None], tf.int64, name="seed")]
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 
 
@@ -151,6 +159,27 @@ class Translator(tf.Module):
         prefix_ids = tokenizer.tokenize(prefix).to_tensor(PAD_ID)  # [batch, prefix]
         ids, scores = self.hypotheses(source_ids, prefix_ids)  # [batch, beam, time]
         return {"translation": tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}
+
+    @tf.function(input_signature=[TEXT_SPEC, *SAMPLING_SPECS])
+    def translate_sample(self, text: tf.Tensor, top_k: tf.Tensor, top_p: tf.Tensor,
+                         temperature: tf.Tensor, seed: tf.Tensor) -> dict[str, tf.Tensor]:
+        """UTF-8 lines [batch] and each one's sampling parameters [batch] -> a translation
+        drawn at random [batch] and its score [batch]; a parameter out of range (top_k < 0,
+        top_p outside (0, 1], temperature <= 0) fails the request (InvalidArgumentError)."""
+        sampling = Sampling(*(tf.ensure_shape(value, [None])
+                              for value in (top_k, top_p, temperature, seed)))
+        checks = [tf.debugging.assert_equal(tf.shape(text), tf.shape(value), message=
+                                            "text and the sampling parameters need the same "
+                                            "batch size") for value in sampling]
+        checks += [tf.debugging.assert_non_negative(top_k, message="top_k must be >= 0"),
+                   tf.debugging.assert_positive(top_p, message="top_p must be in (0, 1]"),
+                   tf.debugging.assert_less_equal(top_p, 1.0, message="top_p must be in (0, 1]"),
+                   tf.debugging.assert_positive(temperature, message="temperature must be > 0")]
+        with tf.control_dependencies(checks):
+            source_ids = self.encode(text)
+        target_ids, score = sample_sources(self.model, source_ids, self.settings, sampling)
+        return {"translation": Tokenizer(self.spm_model_proto).detokenize(target_ids),
+                "score": score}
 
     @tf.function(input_signature=[TEXT_SPEC, TARGET_SPEC])
     def score(self, text: tf.Tensor, target: tf.Tensor) -> dict[str, tf.Tensor]:

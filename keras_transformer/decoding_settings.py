@@ -108,3 +108,38 @@ class DecodingSettings:
         if missing:
             raise DecodingSettingsError(missing[0], "missing")
         return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingSettings:
+    """Random sampling instead of beam search (`keras_transformer.sampling`; back-translation).
+
+    Attributes:
+        top_k: sample among the k most likely tokens; 0: the whole vocabulary.
+        top_p: then among the fewest most likely whose probabilities reach top_p (1: all).
+        temperature: log-probabilities are divided by it first (< 1 sharper, > 1 flatter).
+        seed: line i of an input is drawn with seed + i, the same in any batch and run.
+    """
+
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise DecodingSettingsError("top_k", f"must be an integer of at least 0 (0: the "
+                                                 f"whole vocabulary), got {self.top_k!r}")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise DecodingSettingsError("top_p", f"must be in (0, 1], got {self.top_p!r}")
+        if not _is_number(self.temperature) or self.temperature <= 0:
+            raise DecodingSettingsError("temperature", f"must be a number above 0, got "
+                                                       f"{self.temperature!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) \
+                or not 0 <= self.seed < 2 ** 62:
+            raise DecodingSettingsError("seed", f"must be an integer in [0, 2**62), got "
+                                                f"{self.seed!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

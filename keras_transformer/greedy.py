@@ -2,7 +2,8 @@
 keras_transformer.decoding (fn(ids, step, cache) -> (logits, cache)): the most likely token at
 each step. Beam search with beam size 1 runs it (its score then length-penalised).
 
-    greedy_search(fn, initial_cache, max_decode_lengths, *, bos_id, eos_id, pad_id=0)
+    greedy_search(fn, initial_cache, max_decode_lengths, *, bos_id, eos_id, pad_id=0,
+                  pick=None)
         -> ids int32 [batch, time] (no BOS, pad_id after EOS), summed log-probs float32 [batch]
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 Cache = dict[str, Any]
 SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
+PickFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]  # (log_probs, step) -> tokens
 
 
 class GreedyState(NamedTuple):
@@ -23,17 +25,18 @@ class GreedyState(NamedTuple):
     cache: Cache          # [batch, ...]
 
 
-
 def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
                   max_decode_lengths: tf.Tensor, *, bos_id: int, eos_id: int,
-                  pad_id: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
-    """Decodes the most likely token at each step.
+                  pad_id: int = 0, pick: PickFn | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """Decodes the most likely token at each step (or the one `pick` chooses).
 
     Args:
         symbols_to_logits_fn: fn(ids [batch, step + 1], step, cache) -> (logits, cache).
         initial_cache: nested dict of tensors [batch, ...].
         max_decode_lengths: int32 [batch], each sentence's maximum output length.
         bos_id, eos_id, pad_id: the start, end and padding ids.
+        pick: fn(log_probs float32 [batch, vocab], step) -> int32 tokens [batch]; the
+            default takes the most likely (`keras_transformer.sampling` samples).
 
     Returns:
         ids int32 [batch, time] (no BOS, `pad_id` after EOS) and the summed log-probabilities
@@ -53,9 +56,14 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
 
     def body(state: GreedyState) -> tuple[GreedyState]:
         log_probs, cache = log_probs_step(symbols_to_logits_fn, state.seq, state.step, state.cache)
-        tokens = tf.argmax(log_probs, axis=1, output_type=tf.int32)  # [batch]
+        if pick is None:
+            tokens = tf.argmax(log_probs, axis=1, output_type=tf.int32)  # [batch]
+            chosen = tf.reduce_max(log_probs, axis=1)  # [batch]
+        else:
+            tokens = pick(log_probs, state.step)  # [batch]
+            chosen = tf.gather(log_probs, tokens, axis=1, batch_dims=1)  # [batch]
         tokens = tf.where(state.finished, pad_id, tokens)
-        step_log_probs = tf.where(state.finished, 0.0, tf.reduce_max(log_probs, axis=1))
+        step_log_probs = tf.where(state.finished, 0.0, chosen)
         step = state.step + 1
         return (GreedyState(
             step=step,

@@ -5,6 +5,8 @@
     decode_hypotheses(model, source_ids, settings, prefix_ids=None)
         -> the n-best lists: ids int32 [batch, beam, time], scores float32 [batch, beam],
            best first
+    sample_sources(model, source_ids, settings, sampling)
+        -> a random translation of each: target_ids int32 [batch, time], score float32 [batch]
 
 `source_ids` are a source as training saw it: pieces, EOS, then PAD. `settings`
 (`keras_transformer.decoding_settings.DecodingSettings`: beam 4, alpha 0.6 by default; GREEDY
@@ -22,7 +24,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.decoding import beam_search
+from keras_transformer.decoding import beam_search, length_penalty
+from keras_transformer.greedy import greedy_search
+from keras_transformer.sampling import Sampling, sample_picker
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -62,6 +66,33 @@ def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, settings: Decod
     goes on from them; a row of PAD forces nothing, so a sentence decodes exactly as without
     it. A prefix is cut at the sentence's maximum output length.
     """
+    cache, max_lengths, empty = _encoded(model, source_ids, settings)
+    if prefix_ids is not None:
+        cache[PREFIX_KEY] = tf.pad(tf.cast(prefix_ids, tf.int32), [[0, 0], [0, 1]])  # PAD last
+    ids, scores = beam_search(_scoring(model), cache, max_lengths, beam_size=settings.beam_size,
+                              bos_id=BOS_ID, eos_id=EOS_ID, alpha=settings.alpha,
+                              pad_id=PAD_ID, stop=settings.stop)  # [batch, beam, time] ...
+    return tf.where(empty[:, None, None], PAD_ID, ids), tf.where(empty[:, None], 0.0, scores)
+
+
+def sample_sources(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
+                   sampling: Sampling) -> tuple[tf.Tensor, tf.Tensor]:
+    """A random translation of each source (`keras_transformer.sampling`), with the limits of
+    `settings` (its beam size and stop rule unused): target ids int32 [batch, time] and the
+    summed log-probability of the model (at temperature 1) divided by the GNMT penalty, as
+    beam search scores; a source with no piece gives a row of PAD and score 0."""
+    cache, max_lengths, empty = _encoded(model, source_ids, settings)
+    ids, log_probs = greedy_search(_scoring(model), cache, max_lengths, bos_id=BOS_ID,
+                                   eos_id=EOS_ID, pad_id=PAD_ID, pick=sample_picker(sampling))
+    lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)  # [batch], EOS included
+    scores = log_probs / length_penalty(lengths, settings.alpha)
+    return tf.where(empty[:, None], PAD_ID, ids), tf.where(empty, 0.0, scores)
+
+
+def _encoded(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings
+             ) -> tuple[dict, tf.Tensor, tf.Tensor]:
+    """(the decoding cache of the encoded sources, each one's maximum output length [batch],
+    whether it has no piece [batch]), sources cut to the settings' limit."""
     max_length = model.model_config.max_length
     source_ids = tf.cast(source_ids, tf.int32)
     source_ids = source_ids[:, :settings.source_limit(max_length)]  # [batch, source]
@@ -70,13 +101,7 @@ def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, settings: Decod
     empty = tf.reduce_all(~is_real | (source_ids == EOS_ID), axis=1)  # [batch]
     max_lengths = tf.where(empty, 0, settings.output_limit(lengths, max_length))  # [batch]
     memory, memory_mask = model.encode(source_ids, training=False)
-    cache = model.init_cache(memory, memory_mask)
-    if prefix_ids is not None:
-        cache[PREFIX_KEY] = tf.pad(tf.cast(prefix_ids, tf.int32), [[0, 0], [0, 1]])  # PAD last
-    ids, scores = beam_search(_scoring(model), cache, max_lengths, beam_size=settings.beam_size,
-                              bos_id=BOS_ID, eos_id=EOS_ID, alpha=settings.alpha,
-                              pad_id=PAD_ID, stop=settings.stop)  # [batch, beam, time] ...
-    return tf.where(empty[:, None, None], PAD_ID, ids), tf.where(empty[:, None], 0.0, scores)
+    return model.init_cache(memory, memory_mask), max_lengths, empty
 
 
 def _scoring(model: Transformer):

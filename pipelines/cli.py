@@ -70,6 +70,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="print the N best translations of each line (N <= the beam "
                            "size; SavedModel only) as `LINE ||| TRANSLATION ||| SCORE`, LINE "
                            "counting input lines from 0, best first")
+    translate.add_argument("--sampling-topk", type=int, metavar="K",
+                           help="sample each translation at random among the K most likely "
+                           "tokens per step (0: all) instead of beam search (back-translation)")
+    translate.add_argument("--sampling-topp", type=float, metavar="P",
+                           help="sample among the fewest most likely tokens whose "
+                           "probabilities reach P (default 1: all)")
+    translate.add_argument("--sampling-temperature", type=float, metavar="T",
+                           help="divide log-probabilities by T before sampling (default 1)")
+    translate.add_argument("--seed", type=int, help="sampling: line i is drawn with seed + i, "
+                           "the same in any batch and run (default 0)")
     translate.add_argument("--scores", action="store_true",
                            help="print `SCORE<TAB>TRANSLATION`: the score beam search gave (the "
                            "log-probability over the GNMT length penalty)")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from export.scores import token_column
+from keras_transformer.decoding_settings import DecodingSettingsError, SamplingSettings
 from pipelines import InputError
 from pipelines.gpu import warn_unused_gpu_driver
 from pipelines.progress import PassProgress
@@ -38,6 +39,7 @@ def translate_command(args: argparse.Namespace) -> int:
     if args.n_best is not None:
         _check_n_best(args.n_best, runtime, directory, args.beam)
     pieces = _check_scores(args, runtime, directory)
+    sampling = _sampling(args, runtime, directory)
     stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     with stream:
         size = None if args.input == "-" else Path(args.input).stat().st_size
@@ -50,7 +52,7 @@ def translate_command(args: argparse.Namespace) -> int:
             import_tensorflow_quietly()
             warn_unused_gpu_driver("translate", "translating")
         translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
-        translate = _window_translator(translator, args, prefixes, pieces)
+        translate = _window_translator(translator, args, prefixes, pieces, sampling)
         with resumed_output(output, args.n_best or 1) as (done, out):
             if done:
                 print(f"keras-transformer translate: {output} holds {done:,} translated "
@@ -71,14 +73,19 @@ def translate_command(args: argparse.Namespace) -> int:
 
 
 def _window_translator(translator, args: argparse.Namespace, prefixes: list[str] | None,
-                       pieces: Callable[[int], str] | None) -> TranslateWindow:
-    """The output of a window of lines: translations, `SCORE<TAB>TRANSLATION` rows (and
-    `<TAB>PIECE=LOG_PROB ...` with `pieces`: id -> piece), n-best rows `LINE ||| TEXT |||
-    SCORE` (LINE counting input lines from 0), or translations that begin with their
-    prefixes."""
+                       pieces: Callable[[int], str] | None,
+                       sampling: SamplingSettings | None) -> TranslateWindow:
+    """The output of a window of lines: translations (drawn at random with `sampling`),
+    `SCORE<TAB>TRANSLATION` rows with --scores (and `<TAB>PIECE=LOG_PROB ...` with `pieces`:
+    id -> piece), n-best rows `LINE ||| TEXT ||| SCORE` (LINE counting input lines from 0), or
+    translations that begin with their prefixes."""
     def translate(lines: list[str], first: int) -> list[str]:
+        if sampling is not None and not (args.scores or pieces):
+            return [text + "\n" for text, _ in translator.sampled_lines(
+                lines, sampling, first, args.batch_size)]
         if args.scores or pieces:
-            scored = translator.scored_lines(lines, args.batch_size)
+            scored = (translator.sampled_lines(lines, sampling, first, args.batch_size)
+                      if sampling else translator.scored_lines(lines, args.batch_size))
             rows = [f"{score:.4f}\t{text}" for text, score in scored]
             if pieces:
                 pairs = [(line, text) for line, (text, _) in zip(lines, scored)]
@@ -96,6 +103,44 @@ def _window_translator(translator, args: argparse.Namespace, prefixes: list[str]
                                                                           args.batch_size))]
 
     return translate
+
+
+def _sampling(args: argparse.Namespace, runtime: str,
+              directory: Path) -> SamplingSettings | None:
+    """The sampling settings of the --sampling-* options and --seed (None without a
+    --sampling-* option), refused before any work where they cannot apply.
+
+    Raises:
+        InputError: a value out of range, --seed alone, sampling with --beam, --n-best or
+            --prefix-file, or from ONNX Runtime.
+    """
+    given = {"top_k": args.sampling_topk, "top_p": args.sampling_topp,
+             "temperature": args.sampling_temperature}
+    if all(value is None for value in given.values()):
+        if args.seed is not None:
+            raise InputError("--seed: sampling only; add --sampling-topk, --sampling-topp or "
+                             "--sampling-temperature")
+        return None
+    if args.beam is not None or args.n_best is not None or args.prefix_file:
+        raise InputError("--sampling-*: not with --beam, --n-best or --prefix-file (beam "
+                         "search)")
+    if args.tokens:  # a drawn translation's pieces need not be those its text reads as
+        raise InputError("--sampling-*: not with --tokens (use --scores, or score the "
+                         "translations)")
+    if runtime == "onnx":
+        raise InputError(f"--sampling-*: {directory} is an ONNX export, which decodes by beam "
+                         f"search only; use --runtime tf (reproducible) or --runtime ct2")
+    try:
+        sampling = SamplingSettings(**{key: value for key, value in given.items()
+                                       if value is not None}, seed=args.seed or 0)
+    except DecodingSettingsError as error:
+        option = "--seed" if error.field == "seed" else f"--sampling-{error.field.replace('_', '')}"
+        raise InputError(f"{option}: {error}") from None
+    if runtime == "ct2":
+        print("keras-transformer translate: CTranslate2 cannot repeat a draw (its random "
+              "generators ignore the seed, CTranslate2 issue #1757); --runtime tf can",
+              file=sys.stderr)
+    return sampling
 
 
 def _check_scores(args: argparse.Namespace, runtime: str,

@@ -35,7 +35,7 @@ def test_reloaded_signatures_equal_keras_level_beam_search(saved_model_dir, expo
                                                            keras_reference):
     loaded = tf.saved_model.load(str(saved_model_dir))
     assert set(loaded.signatures) == {"serving_default", "translate_ids", "translate_nbest",
-                                      "translate_prefix", "score"}
+                                      "translate_prefix", "translate_sample", "score"}
     ids = loaded.signatures["translate_ids"](
         source_ids=tf.constant(keras_reference["source_ids"]))
     np.testing.assert_array_equal(ids["target_ids"].numpy(), keras_reference["target_ids"])
@@ -70,7 +70,7 @@ def test_warmup_requests_cover_every_signature(saved_model_dir):
     requests = [log.predict_log.request for log in logs]
     assert [r.model_spec.signature_name for r in requests] == \
         ["serving_default", "translate_nbest"] * 2 + ["translate_prefix"] * 2 + \
-        ["score"] * 2 + ["translate_ids"] * 2
+        ["score"] * 2 + ["translate_sample"] * 2 + ["translate_ids"] * 2
     assert all(r.model_spec.name == "tiny" for r in requests)
     loaded = tf.saved_model.load(str(saved_model_dir))
     for request in requests:  # each runs against its signature

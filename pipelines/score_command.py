@@ -64,11 +64,17 @@ def score_command(args: argparse.Namespace) -> int:
             if progress:
                 progress.update("scored", done + count, None)
 
-        count = translate_windows(itertools.islice(checked_pairs(args, checker), done, None),
-                                  score_window, out, args.window, done, report)
+        inputs: dict[str, InputLines] = {}
+        count = translate_windows(
+            itertools.islice(checked_pairs(args, checker, inputs), done, None), score_window,
+            out, args.window, done, report)
         if progress:
             progress.update("scored", done + count, None, force=True)
             progress.close()
+    for name, lines in inputs.items():
+        summary = lines.invalid.summary(name)
+        if summary:
+            print(f"keras-transformer score: {summary}", file=sys.stderr)
     return 0
 
 
@@ -99,11 +105,15 @@ class PairChecker:
         return self.processor.id_to_piece(token_id)
 
 
-def checked_pairs(args: argparse.Namespace, checker: PairChecker) -> Iterator[tuple[str, str]]:
-    """The (source, target) pairs of the input, each checked; InputError names file and line."""
+def checked_pairs(args: argparse.Namespace, checker: PairChecker,
+                  inputs: dict[str, InputLines] | None = None) -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of the input, each checked; InputError names file and line.
+    `inputs` receives each file's InputLines by name (their lines of invalid UTF-8)."""
+    inputs = {} if inputs is None else inputs
     source_stream = sys.stdin.buffer if args.source == "-" else open(args.source, "rb")
     with source_stream:
-        sources = InputLines(source_stream)
+        sources = inputs["stdin" if args.source == "-" else args.source] = \
+            InputLines(source_stream)
         if args.target is None:
             for number, row in enumerate(sources, 1):
                 where = f"{'stdin' if args.source == '-' else args.source}:{number}"
@@ -114,7 +124,7 @@ def checked_pairs(args: argparse.Namespace, checker: PairChecker) -> Iterator[tu
                 yield source, target
             return
         with open(args.target, "rb") as target_stream:
-            targets = InputLines(target_stream)
+            targets = inputs[args.target] = InputLines(target_stream)
             for number, (source, target) in enumerate(
                     itertools.zip_longest(sources, targets), 1):
                 if source is None or target is None:

@@ -17,8 +17,8 @@ from pipelines import InputError
 from pipelines.gpu import warn_unused_gpu_driver
 from pipelines.progress import PassProgress
 from pipelines.startup import import_tensorflow_quietly
-from pipelines.translate_stream import (InputLines, TranslateWindow, resumed_output,
-                                        translate_windows)
+from pipelines.translate_stream import (InputLines, LineNotes, TranslateWindow,
+                                        resumed_output, translate_windows)
 
 
 def translate_command(args: argparse.Namespace) -> int:
@@ -43,7 +43,8 @@ def translate_command(args: argparse.Namespace) -> int:
     stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     with stream:
         size = None if args.input == "-" else Path(args.input).stat().st_size
-        lines: InputLines | list[str] = InputLines(stream, size)
+        source = InputLines(stream, size)
+        lines: InputLines | list[str] = source
         prefixes = None
         if args.prefix_file:  # checked against every line before any work: held in memory
             lines = list(lines)
@@ -52,7 +53,9 @@ def translate_command(args: argparse.Namespace) -> int:
             import_tensorflow_quietly()
             warn_unused_gpu_driver("translate", "translating")
         translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
-        translate = _window_translator(translator, args, prefixes, pieces, sampling)
+        cut, translate = _noting_cut_lines(
+            _window_translator(translator, args, prefixes, pieces, sampling), runtime,
+            directory)
         with resumed_output(output, args.n_best or 1) as (done, out):
             if done:
                 print(f"keras-transformer translate: {output} holds {done:,} translated "
@@ -69,7 +72,36 @@ def translate_command(args: argparse.Namespace) -> int:
             if progress:
                 progress.update("translated", done + count, None, force=True)
                 progress.close()
+    for notes in (source.invalid, cut):
+        summary = notes.summary("stdin" if args.input == "-" else args.input)
+        if summary:
+            print(f"keras-transformer translate: {summary}", file=sys.stderr)
     return 0
+
+
+def _noting_cut_lines(translate: TranslateWindow, runtime: str,
+                      directory: Path) -> tuple[LineNotes, TranslateWindow]:
+    """`translate`, noting each line longer than the export reads (the graphs translate its
+    first max_source_length - 1 pieces) for the summary at the end."""
+    import sentencepiece as spm
+
+    from export.lines import normalize_spaces
+    from export.loading import export_files
+    from export.metadata import ExportMetadata
+
+    metadata_file, spm_model = export_files(runtime, directory)
+    limit = ExportMetadata.read(metadata_file).settings.max_source_length - 1
+    processor = spm.SentencePieceProcessor(model_file=str(spm_model))
+    cut = LineNotes(f"over the export's source limit (only the first {limit} pieces "
+                    f"translated)")
+
+    def noting(lines: list[str], first: int) -> list[str]:
+        for index, line in enumerate(lines):
+            if len(processor.encode(normalize_spaces(line))) > limit:
+                cut.add(first + index + 1)
+        return translate(lines, first)
+
+    return cut, noting
 
 
 def _window_translator(translator, args: argparse.Namespace, prefixes: list[str] | None,

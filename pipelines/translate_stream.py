@@ -69,20 +69,49 @@ def _whole_lines(path: Path, rows_per_line: int) -> tuple[int, int]:
     return rows // rows_per_line, kept
 
 
+class LineNotes:
+    """The input lines that share one problem, for a summary line at the end: how many, and
+    the numbers of the first few."""
+
+    SHOWN = 5
+
+    def __init__(self, problem: str) -> None:
+        self.problem, self.count, self.first = problem, 0, []
+
+    def add(self, number: int) -> None:
+        self.count += 1
+        if len(self.first) < self.SHOWN:
+            self.first.append(number)
+
+    def summary(self, name: str) -> str | None:
+        """`N line(s) PROBLEM: NAME:L1, :L2 ...`, or None when no line had it."""
+        if not self.count:
+            return None
+        where = f"{name}:{self.first[0]}" + "".join(f", :{n}" for n in self.first[1:])
+        more = ", ..." if self.count > len(self.first) else ""
+        return f"{self.count:,} line{'s' * (self.count > 1)} {self.problem}: {where}{more}"
+
+
 class InputLines:
-    """The lines of a byte stream as text (invalid UTF-8 read as SentencePiece reads it),
-    counting the bytes read, so that `fraction` tells how much of a file of `size` bytes is
-    read (None for a stream of unknown size)."""
+    """The lines of a byte stream as text (invalid UTF-8 read as SentencePiece reads it, the
+    line noted in `invalid`), counting the bytes read, so that `fraction` tells how much of a
+    file of `size` bytes is read (None for a stream of unknown size)."""
 
     def __init__(self, stream: BinaryIO, size: int | None = None) -> None:
         self.stream, self.size, self.read = stream, size, 0
+        self.invalid = LineNotes("of invalid UTF-8, each bad byte read as U+FFFD")
 
     def __iter__(self) -> Iterator[str]:
         from export.lines import decode_line
 
-        for line in self.stream:
+        for number, line in enumerate(self.stream, 1):
             self.read += len(line)
-            yield decode_line(line).rstrip("\r\n")
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                self.invalid.add(number)
+                text = decode_line(line)
+            yield text.rstrip("\r\n")
 
     @property
     def fraction(self) -> float | None:

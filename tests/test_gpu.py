@@ -81,12 +81,16 @@ def test_train_warns_in_one_line(driver_without_gpu, monkeypatch, capsys):
 
 def test_translate_warns_in_one_line(driver_without_gpu, monkeypatch, tmp_path, capsysbinary):
     import export.loading
+    from pipelines import translate_command
+    from pipelines.translate_stream import LineNotes
 
     (tmp_path / "saved_model.pb").write_bytes(b"")
     (tmp_path / "lines.txt").write_text("bird\n")
     translator = types.SimpleNamespace(translate_lines=lambda lines, batch: [s.upper()
                                                                             for s in lines])
     monkeypatch.setattr(export.loading, "open_translator", lambda *args: translator)
+    monkeypatch.setattr(translate_command, "_noting_cut_lines",  # it reads the export's files
+                        lambda translate, *args: (LineNotes(""), translate))
     assert main(["translate", str(tmp_path), str(tmp_path / "lines.txt")]) == 0
     output = capsysbinary.readouterr()
     assert (output.out, output.err.decode()) == (b"BIRD\n", _warning("translate", "translating"))

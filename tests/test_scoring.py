@@ -111,6 +111,11 @@ def test_bad_pairs_are_named_before_anything_is_written(saved_model_dir, onnx_di
     assert not output.exists()
     assert "holds no scoring graph; use --runtime tf" in cli_error(
         capsys, "score", onnx_dir, tsv)
+    tsv.write_bytes(b"bird\toiseau\ncaf\xe9\tcaf\xc3\xa9\n")
+    assert main(["score", str(saved_model_dir), str(tsv)]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2 and captured.err.splitlines()[-1] == \
+        f"keras-transformer score: 1 line of invalid UTF-8, each bad byte read as U+FFFD: {tsv}:2"
 
 
 def test_translate_scores_and_tokens_agree_with_scoring(saved_model_dir, exported, tmp_path,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from export_helpers import SENTENCES
 from pipelines.cli import main
-from pipelines.translate_stream import InputLines, resumed_output, translate_windows
+from pipelines.translate_stream import InputLines, LineNotes, resumed_output, translate_windows
 
 
 def test_windows_bound_what_is_held_and_keep_the_input_order() -> None:
@@ -60,3 +60,25 @@ def test_translate_to_an_output_file_resumes_and_reports_progress(onnx_dir, tmp_
     assert err[0] == (f"keras-transformer translate: {resumed} holds 3 translated lines; going "
                       f"on from line 4")
     assert err[-1].startswith(f"translated | {len(lines)} lines |")
+
+
+def test_line_notes_name_the_first_lines_and_count_the_rest():
+    notes = LineNotes("of invalid UTF-8")
+    assert notes.summary("in.txt") is None
+    for number in (3, 9, 10, 11, 12, 40, 41):
+        notes.add(number)
+    assert notes.summary("in.txt") == "7 lines of invalid UTF-8: in.txt:3, :9, :10, :11, :12, ..."
+
+
+def test_translate_names_lines_cut_or_of_invalid_utf8_and_translates_them(saved_model_dir,
+                                                                         tmp_path, capsys):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"bird\n" + b"fish " * 60 + b"\n\ncaf\xe9 fish\n")
+    assert main(["translate", str(saved_model_dir), str(path)]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 4 and captured.out.splitlines()[2] == ""
+    assert captured.err.splitlines()[-2:] == [
+        f"keras-transformer translate: 1 line of invalid UTF-8, each bad byte read as U+FFFD: "
+        f"{path}:4",
+        f"keras-transformer translate: 1 line over the export's source limit (only the first "
+        f"39 pieces translated): {path}:2"]

@@ -23,6 +23,7 @@ METADATA_FILE, SPM_FILE = "translator.json", "spm.model"  # beside every export'
 SAVED_MODEL_GRAPH = "saved_model.pb"
 SAVED_MODEL_EXTRA = "assets.extra"  # a SavedModel version's METADATA_FILE and SPM_FILE
 MODEL_FILE, INT8_MODEL_FILE, TRANSLATOR_FILE = "model.onnx", "model_int8.onnx", "translator.onnx"
+SCORE_FILE = "score.onnx"  # the ONNX export's scoring graph (ids in, log-probabilities out)
 EXPORT_AGAIN = "run `keras-transformer export` again"
 
 

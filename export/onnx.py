@@ -3,6 +3,9 @@
     model.onnx       source_ids int32 [batch, time] -> target_ids int32 [batch, time],
                      score float32 [batch]; runs with plain onnxruntime
     model_int8.onnx  the same with int8 weights (onnxruntime's dynamic quantization)
+    score.onnx       source_ids int32 [batch, time], target_pieces int32 [batch, time] (then
+                     PAD) -> score, log_prob float32 [batch], target_ids (pieces, EOS, PAD),
+                     token_log_probs float32 [batch, time]: the `score` signature on ids
     translator.onnx  text string [batch] -> translation string [batch], score float32 [batch];
                      needs onnxruntime-extensions (SentencePiece), whose string kernels read
                      a line up to its first NUL (`OnnxTranslator` first replaces NUL by a
@@ -41,8 +44,8 @@ from tf2onnx.handler import tf_op
 
 from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants, sink_initializers)
 from export.onnx_quantize import quantize_int8
-from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SPM_FILE,
-                             TRANSLATOR_FILE)
+from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SCORE_FILE,
+                             SPM_FILE, TRANSLATOR_FILE)
 from export.translator import TEXT_SPEC, Translator
 from keras_transformer.tokenizer import Tokenizer
 
@@ -77,16 +80,17 @@ class SentencepieceDetokenize:
 
 
 def export_onnx(translator: Translator, directory: Path) -> dict[str, Path]:
-    """Writes model.onnx, model_int8.onnx, translator.onnx, spm.model and translator.json into
-    `directory`; returns their paths by name."""
+    """Writes model.onnx, model_int8.onnx, translator.onnx, score.onnx, spm.model and
+    translator.json into `directory`; returns their paths by name."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = {name: directory / name for name in (MODEL_FILE, INT8_MODEL_FILE, TRANSLATOR_FILE,
-                                                 SPM_FILE, METADATA_FILE)}
+                                                 SCORE_FILE, SPM_FILE, METADATA_FILE)}
     metadata = translator.metadata().to_dict()
     ids_model = convert(translator.translate_ids, metadata)
     onnx.save(ids_model, paths[MODEL_FILE])
     quantize_int8(paths[MODEL_FILE], paths[INT8_MODEL_FILE])
     onnx.save(text_model(translator, ids_model, metadata), paths[TRANSLATOR_FILE])
+    onnx.save(convert(translator.score_ids, metadata), paths[SCORE_FILE])
     paths[SPM_FILE].write_bytes(translator.spm_model_proto)
     translator.metadata().write(paths[METADATA_FILE])
     return paths

@@ -22,8 +22,11 @@ from typing import Any, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from export.lines import decode_line, scored_in_batches, translate_in_batches
-from export.metadata import METADATA_FILE, MODEL_FILE, TRANSLATOR_FILE, ExportMetadata
+from export import ExportError
+from export.lines import decode_line, normalize_spaces, scored_in_batches, translate_in_batches
+from export.metadata import (METADATA_FILE, MODEL_FILE, SCORE_FILE, SPM_FILE, TRANSLATOR_FILE,
+                             ExportMetadata)
+from export.scores import Pair, PairScore, score_in_batches, signature_scores
 
 
 def session_options(threads: int | None = None) -> ort.SessionOptions:
@@ -105,6 +108,36 @@ class OnnxTranslator:
         """(translation, score) of each line, in order."""
         return scored_in_batches(self.translate, lines, batch_size)
 
+    def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
+        """The score of each (line, translation) pair, in order, through score.onnx: lines
+        tokenized as the TF graph tokenizes them, sources cut as `translate` cuts them."""
+        import sentencepiece as spm
+
+        if not (self.directory / SCORE_FILE).is_file():
+            raise ExportError(f"{self.directory}: no {SCORE_FILE} (exported before scoring); "
+                              f"export again")
+        processor = spm.SentencePieceProcessor(model_file=str(self.directory / SPM_FILE))
+        limit = self.metadata.settings.max_source_length - 1
+
+        def score_batch(batch: list[Pair]) -> list[PairScore]:
+            def pieces(text: str) -> list[int]:
+                return processor.encode(normalize_spaces(decode_line(text)).replace("\0", " "))
+
+            sources = [pieces(source)[:limit] + [processor.eos_id()] for source, _ in batch]
+            targets = [pieces(target) for _, target in batch]
+            names = ("score", "log_prob", "target_ids", "token_log_probs")
+            outputs = self.score_session.run(list(names), {"source_ids": padded(sources),
+                                                           "target_pieces": padded(targets)})
+            return signature_scores(dict(zip(names, outputs)))
+
+        return score_in_batches(score_batch, pairs, batch_size)
+
+    @functools.cached_property
+    def score_session(self) -> ort.InferenceSession:
+        return ort.InferenceSession(str(self.directory / SCORE_FILE),
+                                    session_options(self.threads),
+                                    providers=["CPUExecutionProvider"])
+
     def _needs_child(self) -> bool:
         """Whether TensorFlow is imported and the text session not yet made."""
         return "tensorflow" in sys.modules and "text_session" not in self.__dict__
@@ -118,6 +151,14 @@ class OnnxTranslator:
         if done.returncode:
             raise RuntimeError(f"ONNX Runtime process failed: {done.stderr[-2000:]}")
         return json.loads(done.stdout)
+
+
+def padded(rows: list[list[int]]) -> np.ndarray:
+    """int32 [batch, longest row (at least 1)], rows padded with PAD (0)."""
+    ids = np.zeros([len(rows), max([1, *map(len, rows)])], np.int32)
+    for index, row in enumerate(rows):
+        ids[index, :len(row)] = row
+    return ids
 
 
 def _serve_child() -> None:

@@ -76,6 +76,7 @@ SAMPLING_SPECS = [tf.TensorSpec([None], tf.int32, name="top_k"),
                   tf.TensorSpec([None], tf.float32, name="temperature"),
                   tf.TensorSpec([None], tf.int64, name="seed")]
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+TARGET_IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_pieces")
 
 
 class _Untracked:
@@ -192,10 +193,22 @@ class Translator(tf.Module):
         with tf.control_dependencies([same_batch]):
             source_ids = self.encode(text)
         target_ids = Tokenizer(self.spm_model_proto).tokenize(target).to_tensor(PAD_ID)
+        return self._scores(source_ids, target_ids)
+
+    @tf.function(input_signature=[IDS_SPEC, TARGET_IDS_SPEC])
+    def score_ids(self, source_ids: tf.Tensor, target_pieces: tf.Tensor
+                  ) -> dict[str, tf.Tensor]:
+        """source ids [batch, time] and target pieces [batch, time] (then PAD) -> as `score`
+        (the source of the ONNX export's score.onnx)."""
+        return self._scores(source_ids, target_pieces)
+
+    def _scores(self, source_ids: tf.Tensor, target_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Graph code: `score`'s outputs; target_ids: the pieces, EOS, then PAD."""
         scores = score_targets(self.model, source_ids, target_ids, self.settings)
         positions = tf.range(tf.shape(scores.token_log_probs)[1])[None]  # [1, time + 1]
         ends = positions == scores.length[:, None] - 1
-        target_ids = tf.where(ends, EOS_ID, tf.pad(target_ids, [[0, 0], [0, 1]]))
+        target_ids = tf.where(ends, EOS_ID, tf.pad(tf.cast(target_ids, tf.int32),
+                                                   [[0, 0], [0, 1]]))
         return {"score": scores.score, "log_prob": scores.log_prob, "target_ids": target_ids,
                 "token_log_probs": scores.token_log_probs}
 

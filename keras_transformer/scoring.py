@@ -59,7 +59,9 @@ def score_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tens
     decoder_input = tf.concat([tf.fill([batch, 1], BOS_ID), labels[:, :-1]], axis=1)
     logits = model({"source_ids": source_ids, "target_ids": decoder_input}, training=False)
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # [b, t + 1, vocab]
-    token_log_probs = tf.gather(log_probs, labels, axis=2, batch_dims=2)  # [b, t + 1]
+    vocab = tf.shape(log_probs)[2]
+    flat = tf.reshape(tf.range(tf.size(labels)), tf.shape(labels)) * vocab + labels
+    token_log_probs = tf.gather(tf.reshape(log_probs, [-1]), flat)  # [b, t + 1], ONNX's Gather
     token_log_probs = tf.where(positions < length[:, None], token_log_probs, 0.0)
     log_prob = tf.reduce_sum(token_log_probs, axis=1)
     return TargetScores(token_log_probs, log_prob,

@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "log-probability over the GNMT length penalty)")
     translate.add_argument("--tokens", action="store_true",
                            help="--scores and a third column: each piece and </s> as "
-                           "PIECE=LOG_PROB (SavedModel and CTranslate2)")
+                           "PIECE=LOG_PROB")
     translate.add_argument("--prefix-file", metavar="FILE",
                            help="a target prefix per input line (empty: none) that each "
                            "translation must begin with (SavedModel only)")
@@ -104,9 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     score.add_argument("source", help="source lines, or a TSV file of SOURCE<TAB>TARGET rows "
                        "without TARGET (- : stdin)")
     score.add_argument("target", nargs="?", help="the translations, line by line")
-    score.add_argument("--runtime", choices=("tf", "ct2"),
-                       help="the SavedModel's score signature or CTranslate2 (default: tf if "
-                       "found)")
+    score.add_argument("--runtime", choices=("tf", "onnx", "ct2"),
+                       help="the SavedModel's score signature, ONNX Runtime (score.onnx) or "
+                       "CTranslate2 (default: tf if found)")
     score.add_argument("--tokens", action="store_true",
                        help="a third column: each target piece and </s> as PIECE=LOG_PROB")
     score.add_argument("--batch-size", type=int, default=32)

@@ -1,5 +1,6 @@
 """`keras-transformer score`: (source, translation) pairs in, one score line per pair out, in
-input order, through the SavedModel's `score` signature or CTranslate2's `score_batch`.
+input order, through the SavedModel's `score` signature, the ONNX export's score.onnx or
+CTranslate2's `score_batch`.
 
 Pairs come from two files of parallel lines or one TSV file (SOURCE<TAB>TARGET, or stdin);
 each output line is `SCORE<TAB>LOG_PROB`, and with --tokens a third column of
@@ -34,9 +35,6 @@ def score_command(args: argparse.Namespace) -> int:
         if name != "-" and not Path(name).is_file():
             raise InputError(f"{name}: {'a directory' if Path(name).is_dir() else 'no such file'}")
     runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
-    if runtime == "onnx":
-        raise InputError(f"score: {directory} is an ONNX export, which holds no scoring graph; "
-                         f"use --runtime tf (the SavedModel's score signature) or --runtime ct2")
     metadata_file, spm_model = export_files(runtime, directory)
     metadata = ExportMetadata.read(metadata_file)
     checker = PairChecker(spm_model, metadata.settings.max_source_length,
@@ -47,6 +45,10 @@ def score_command(args: argparse.Namespace) -> int:
     if runtime == "tf":
         import_tensorflow_quietly()
         scorer = open_saved_model(directory)
+    elif runtime == "onnx":
+        from export.onnx_runtime import OnnxTranslator
+
+        scorer = OnnxTranslator(directory)
     else:
         from export.ct2_runtime import CTranslate2Translator
 

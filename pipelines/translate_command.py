@@ -177,8 +177,8 @@ def _sampling(args: argparse.Namespace, runtime: str,
 
 def _check_scores(args: argparse.Namespace, runtime: str,
                   directory: Path) -> Callable[[int], str] | None:
-    """Refuses, before any work, scores with --n-best or --prefix-file, and per-piece scores
-    from ONNX Runtime; for --tokens, the export's id -> piece function.
+    """Refuses, before any work, scores with --n-best or --prefix-file; for --tokens, the
+    export's id -> piece function.
 
     Raises:
         InputError: one of those.
@@ -190,9 +190,6 @@ def _check_scores(args: argparse.Namespace, runtime: str,
                          "or --prefix-file")
     if not args.tokens:
         return None
-    if runtime == "onnx":
-        raise InputError(f"--tokens: {directory} is an ONNX export, which holds no scoring "
-                         f"graph; use --runtime tf or --runtime ct2")
     import sentencepiece as spm
 
     from export.loading import export_files

@@ -24,7 +24,8 @@ def test_export_writes_a_version_models_config_and_onnx(exported, export_config)
     config = (run / "export" / "models.config").read_text()
     assert 'name: "tiny"' in config and f'base_path: "{exported.saved_model.parent}"' in config
     assert sorted(p.name for p in exported.onnx.iterdir()) == \
-        ["model.onnx", "model_int8.onnx", "spm.model", "translator.json", "translator.onnx"]
+        ["model.onnx", "model_int8.onnx", "score.onnx", "spm.model", "translator.json",
+         "translator.onnx"]
     assert "saved_model" in exported.format() and "onnx" in exported.format()
     assert "; float32: as configured)" in exported.format()
     assert saved_model_metadata(exported.saved_model).dtype == "float32"

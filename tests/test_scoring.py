@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from export.ct2_runtime import CTranslate2Translator
+from export.onnx_runtime import OnnxTranslator
 from export.saved_model import SavedModelTranslator
 from export.serving.client import predict_request
 from export_helpers import EOS_ID, PAD_ID, SENTENCES, output_lengths
@@ -47,12 +48,12 @@ def test_a_target_longer_than_the_model_accepts_fails_uncut(export_translator):
         score_targets(export_translator.model, tf.constant([[40, EOS_ID]]), too_long)
 
 
-def test_the_signature_the_server_and_ctranslate2_give_the_same_scores(
+def test_the_signature_the_server_onnx_and_ctranslate2_give_the_same_scores(
         saved_model_dir, exported, export_translator):
     pairs = list(zip(SENTENCES[:len(TARGETS)], TARGETS))
     expected = export_translator.score_pairs(pairs)
-    for scorer in (SavedModelTranslator(saved_model_dir), CTranslate2Translator(
-            exported.ctranslate2)):
+    for scorer in (SavedModelTranslator(saved_model_dir), OnnxTranslator(exported.onnx),
+                   CTranslate2Translator(exported.ctranslate2)):
         scores = scorer.score_pairs(pairs, batch_size=2)
         assert [s.token_ids for s in scores] == [s.token_ids for s in expected]
         np.testing.assert_allclose([s.score for s in scores], [s.score for s in expected],
@@ -93,8 +94,7 @@ def test_score_command_files_tsv_tokens_and_a_resumed_output(saved_model_dir, ex
                                                                abs=2e-3)
 
 
-def test_bad_pairs_are_named_before_anything_is_written(saved_model_dir, onnx_dir, tmp_path,
-                                                       capsys):
+def test_bad_pairs_are_named_before_anything_is_written(saved_model_dir, tmp_path, capsys):
     source, target, tsv = tmp_path / "src.txt", tmp_path / "tgt.txt", tmp_path / "pairs.tsv"
     source.write_text("bird\nfish\nsun\n")
     target.write_text("oiseau\npoisson\n")
@@ -109,8 +109,6 @@ def test_bad_pairs_are_named_before_anything_is_written(saved_model_dir, onnx_di
         f"{tsv}:2: the target has ")
     assert "scores at most 63" in cli_error(capsys, "score", saved_model_dir, tsv)
     assert not output.exists()
-    assert "holds no scoring graph; use --runtime tf" in cli_error(
-        capsys, "score", onnx_dir, tsv)
     tsv.write_bytes(b"bird\toiseau\ncaf\xe9\tcaf\xc3\xa9\n")
     assert main(["score", str(saved_model_dir), str(tsv)]) == 0
     captured = capsys.readouterr()
@@ -133,6 +131,13 @@ def test_translate_scores_and_tokens_agree_with_scoring(saved_model_dir, exporte
         assert row[2].split(" ")[-1].startswith("</s>=")
         assert sum(log_probs) / ((5 + length) / 6) ** 0.6 == pytest.approx(float(row[0]),
                                                                           abs=2e-3)
+    assert main(["translate", str(exported.onnx), str(lines), "--tokens"]) == 0
+    onnx_rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    for onnx_row, row in zip(onnx_rows, rows):  # ONNX Runtime: the same pieces and scores
+        assert onnx_row[1] == row[1]
+        assert float(onnx_row[0]) == pytest.approx(float(row[0]), abs=2e-4)
+        assert [item.rsplit("=", 1)[0] for item in onnx_row[2].split(" ")] == \
+            [item.rsplit("=", 1)[0] for item in row[2].split(" ")]
     assert main(["translate", str(exported.ctranslate2.parent), str(lines), "--runtime", "ct2",
                  "--scores"]) == 0
     ct2_rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
@@ -142,11 +147,9 @@ def test_translate_scores_and_tokens_agree_with_scoring(saved_model_dir, exporte
     assert sum(ct2_row[1] == row[1] for ct2_row, row in zip(ct2_rows, rows)) >= 3
 
 
-def test_scores_the_export_cannot_give_are_refused_before_any_work(onnx_dir, saved_model_dir,
-                                                                   tmp_path, capsys):
+def test_scores_with_nbest_lists_are_refused_before_any_work(saved_model_dir, tmp_path,
+                                                             capsys):
     lines = tmp_path / "lines.txt"
     lines.write_text("bird\n")
-    assert "use --runtime tf or --runtime ct2" in cli_error(
-        capsys, "translate", onnx_dir, lines, "--tokens")
     assert "not with --n-best" in cli_error(capsys, "translate", saved_model_dir, lines,
                                             "--scores", "--n-best", "2")

@@ -1,11 +1,12 @@
 """Scoring speed of each runtime that scores: pairs/s and target tokens/s of `score_pairs` on
-a run's test split (source, reference), through the SavedModel's `score` signature and
-CTranslate2 float32 and int8, each in a process of its own, one warm-up batch untimed.
+a run's test split (source, reference), through the SavedModel's `score` signature, the ONNX
+export's score.onnx and CTranslate2 float32 and int8, each in a process of its own, one warm-up
+batch untimed.
 
     .venv/bin/python bench/score_speed.py [CONFIG] [--pairs N] [--batch-size 32]
-                                          [--threads N] [--runtimes tf,ct2-float32,ct2-int8]
+                                          [--threads N] [--runtimes tf,onnx,ct2-float32,ct2-int8]
 
-The export: runs/NAME/export (its newest SavedModel version, its CTranslate2 models).
+The export: runs/NAME/export (its newest SavedModel version, ONNX and CTranslate2 models).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-RUNTIMES = ("tf", "ct2-float32", "ct2-int8")
+RUNTIMES = ("tf", "onnx", "ct2-float32", "ct2-int8")
 
 
 def worker(runtime: str, export_dir: Path, pairs: list[tuple[str, str]], batch_size: int,
@@ -31,6 +32,10 @@ def worker(runtime: str, export_dir: Path, pairs: list[tuple[str, str]], batch_s
 
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         scorer = SavedModelTranslator(resolve_export(export_dir, "tf")[1])
+    elif runtime == "onnx":
+        from export.onnx_runtime import OnnxTranslator
+
+        scorer = OnnxTranslator(export_dir / "onnx", threads)
     else:
         from export.ct2_runtime import CTranslate2Translator
 

@@ -3,7 +3,7 @@
     export/saved_model/<version>/   a new version per export (TF Serving base path)
     export/models.config            TF Serving's model config for it
     export/batching_parameters.txt  TF Serving's batching (--enable_batching) for it
-    export/onnx/{model,model_int8,translator}.onnx, spm.model, translator.json
+    export/onnx/{model,model_int8,translator,score}.onnx, spm.model, translator.json
     export/ctranslate2/{float32,int8}/, spm.model, translator.json   (format ctranslate2)
 
 The model is restored in float32 (`pipelines.models`; the SavedModel's in
@@ -62,7 +62,7 @@ class ExportSummary:
                          f"{self.saved_model.parent.parent / 'models.config'}; "
                          f"{self.saved_model_dtype})")
         if self.onnx:
-            lines.append(f"  onnx         {self.onnx}/{{model,model_int8,translator}}.onnx")
+            lines.append(f"  onnx         {self.onnx}/{{model,model_int8,translator,score}}.onnx")
         if self.ctranslate2:
             lines.append(f"  ctranslate2  {self.ctranslate2}/{{float32,int8}}")
         return "\n".join(lines)

@@ -256,7 +256,7 @@ def report(config: PipelineConfig, examples: int = 3) -> str:
         lines.append(f"  exports   {paths.saved_model} (TF Serving base path, "
                      f"{paths.models_config})")
     if "onnx" in config.export.formats:
-        lines.append(f"  exports   {paths.onnx}/{{model,model_int8,translator}}.onnx")
+        lines.append(f"  exports   {paths.onnx}/{{model,model_int8,translator,score}}.onnx")
     if "ctranslate2" in config.export.formats:
         lines.append(f"  exports   {paths.ctranslate2}/{{float32,int8}} (CTranslate2)")
     with open(paths.split("test")[0], encoding="utf-8") as file:

@@ -23,8 +23,8 @@ from export import ExportError
 from export.lines import (decode_line, normalize_spaces, scored_in_batches,
                           translate_in_batches)
 from export.metadata import METADATA_FILE, SPM_FILE, ExportMetadata
-from keras_transformer.decoding_settings import SamplingSettings
 from export.scores import Pair, PairScore, gnmt_score, score_in_batches
+from keras_transformer.decoding_settings import SamplingSettings, max_target_pieces
 
 QUANTIZATIONS = ("float32", "int8")  # the models an export writes, one directory each
 LINE_BREAK_PIECES, SPACE_PIECE = ("<0x0A>", "<0x0D>"), "<0x20>"
@@ -132,8 +132,11 @@ class CTranslate2Translator:
 
     def _scored(self, sources: list[list[str]], translations: list[list[str]]) -> dict:
         """{"translation", "score"} of translations (pieces) of `sources` (pieces): each
-        scored by `score_batch`; a source without pieces scores 0, as the TF graph gives it."""
-        scores = self._score_pieces(sources, translations)
+        scored by `score_batch`; a source without pieces scores 0, as the TF graph gives it. A
+        translation that reached the model's positions without EOS is scored on its first
+        max_length - 1 pieces (score_batch adds the EOS, for which no position is left)."""
+        limit = max_target_pieces(self.metadata.model.max_length)
+        scores = self._score_pieces(sources, [pieces[:limit] for pieces in translations])
         return {"translation": [self._detokenize(pieces) for pieces in translations],
                 "score": [score.score if source else 0.0
                           for score, source in zip(scores, sources)]}

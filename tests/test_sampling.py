@@ -71,6 +71,10 @@ def test_ctranslate2_samples_within_top_k(exported, export_translator):
     assert [text for text, _ in drawn] == greedy.translate_lines(LINES)
     varied = translator.sampled_lines(LINES * 4, SamplingSettings(temperature=3.0))
     assert len({text for text, _ in varied}) > len(set(LINES))
+    # a draw that ran to the model's 64 positions without EOS is scored, not an error
+    fish = translator.processor.encode("fish", out_type=str)
+    long_draw = translator._scored([fish], [(fish * 64)[:64]])
+    assert "fish" in long_draw["translation"][0] and long_draw["score"][0] < 0
 
 
 def test_translate_samples_from_the_command_line_and_refuses_what_cannot(

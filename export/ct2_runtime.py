@@ -114,11 +114,9 @@ class CTranslate2Translator:
         return score_in_batches(self._score_batch, pairs, batch_size)
 
     def _score_batch(self, pairs: list[Pair]) -> list[PairScore]:
-        limit = self.metadata.settings.max_source_length - 1
-        encode = self.processor.encode
-        sources = [encode(normalize_spaces(source), out_type=str)[:limit] for source, _ in pairs]
-        targets = [encode(normalize_spaces(target), out_type=str) for _, target in pairs]
-        return self._score_pieces(sources, targets)
+        targets = [self.processor.encode(normalize_spaces(target), out_type=str)
+                   for _, target in pairs]
+        return self._score_pieces(self._source_pieces([source for source, _ in pairs]), targets)
 
     def _score_pieces(self, sources: list[list[str]], targets: list[list[str]]
                       ) -> list[PairScore]:

@@ -111,12 +111,10 @@ class OnnxTranslator:
     def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
         """The score of each (line, translation) pair, in order, through score.onnx: lines
         tokenized as the TF graph tokenizes them, sources cut as `translate` cuts them."""
-        import sentencepiece as spm
-
         if not (self.directory / SCORE_FILE).is_file():
             raise ExportError(f"{self.directory}: no {SCORE_FILE} (exported before scoring); "
                               f"export again")
-        processor = spm.SentencePieceProcessor(model_file=str(self.directory / SPM_FILE))
+        processor = self.processor
         limit = self.metadata.settings.max_source_length - 1
 
         def score_batch(batch: list[Pair]) -> list[PairScore]:
@@ -131,6 +129,13 @@ class OnnxTranslator:
             return signature_scores(dict(zip(names, outputs)))
 
         return score_in_batches(score_batch, pairs, batch_size)
+
+    @functools.cached_property
+    def processor(self):
+        """The export's SentencePiece model (sentencepiece.SentencePieceProcessor)."""
+        import sentencepiece as spm
+
+        return spm.SentencePieceProcessor(model_file=str(self.directory / SPM_FILE))
 
     @functools.cached_property
     def score_session(self) -> ort.InferenceSession:

@@ -33,7 +33,8 @@ from export.metadata import METADATA_FILE, SAVED_MODEL_EXTRA, SPM_FILE, saved_mo
 from export.serving.client import predict_request
 from export.text import encode_text
 from export.scores import Pair, PairScore, score_in_batches
-from export.translator import Translator, nbest_pairs, prefixed_in_batches, scored_batch
+from export.translator import (Translator, nbest_pairs, prefixed_in_batches, scored_batch,
+                               translated_text)
 from export.versions import publish_version, staging_directory
 from keras_transformer.decoding_settings import SamplingSettings
 from keras_transformer.model import Transformer
@@ -120,9 +121,7 @@ class SavedModelTranslator:
 
     def translate(self, texts: Sequence[str | bytes]) -> dict[str, Any]:
         """Lines -> {"translation": list[str], "score": float32 [batch]}."""
-        output = self.signature(text=tf.constant(list(texts), tf.string))
-        return {"translation": [t.decode("utf-8") for t in output["translation"].numpy()],
-                "score": output["score"].numpy()}
+        return translated_text(self.signature(text=tf.constant(list(texts), tf.string)))
 
     def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""
@@ -141,9 +140,8 @@ class SavedModelTranslator:
         signature = self._signature("translate_sample")
 
         def translate(**inputs: np.ndarray) -> dict:
-            output = signature(**{name: tf.constant(value) for name, value in inputs.items()})
-            return {"translation": [t.decode("utf-8") for t in output["translation"].numpy()],
-                    "score": output["score"].numpy()}
+            return translated_text(signature(**{name: tf.constant(value)
+                                                for name, value in inputs.items()}))
 
         return sampled_in_batches(translate, lines, sampling, first_index, batch_size)
 

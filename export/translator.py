@@ -53,7 +53,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
@@ -241,13 +241,9 @@ class Translator(tf.Module):
     def scored_lines(self, lines: Sequence[str], batch_size: int = 32
                      ) -> list[tuple[str, float]]:
         """(translation, score) of each line, in order."""
-        def translate(batch: list[str]) -> dict:
-            output = self.translate(tf.constant(batch, tf.string))
-            return {"translation": [text.decode("utf-8") for text in
-                                    output["translation"].numpy()],
-                    "score": output["score"].numpy()}
-
-        return scored_in_batches(translate, lines, batch_size)
+        return scored_in_batches(
+            lambda batch: translated_text(self.translate(tf.constant(batch, tf.string))),
+            lines, batch_size)
 
     def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
         """The score of each (line, translation) pair, in order."""
@@ -260,6 +256,12 @@ class Translator(tf.Module):
         return translate_in_batches(
             lambda batch: nbest_pairs(self.translate_nbest(tf.constant(batch, tf.string))),
             lines, batch_size)
+
+
+def translated_text(output: dict[str, tf.Tensor]) -> dict[str, Any]:
+    """A translate function's output -> {"translation": list[str], "score": float32 [batch]}."""
+    return {"translation": [text.decode("utf-8") for text in output["translation"].numpy()],
+            "score": output["score"].numpy()}
 
 
 def nbest_pairs(output: dict[str, tf.Tensor]) -> list[list[tuple[str, float]]]:

@@ -27,10 +27,10 @@ def find_model(config_name: str, scratch: Path,
         about = f"the export of {config.run_path}"
         version, onnx_dir = version, paths.onnx
     else:
-        from pipelines.training.checkpoint_files import default_checkpoint
+        from pipelines.training.weights import weights_checkpoint
 
         try:
-            default_checkpoint(paths)
+            weights_checkpoint(paths)
         except ValueError:
             version, onnx_dir = _export_random(config, scratch)
             about = (f"UNTRAINED: a random {config.model.preset} model (no checkpoint in "

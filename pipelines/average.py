@@ -1,5 +1,6 @@
 """The average stage: the element-wise mean of the model weights of the last N training
-checkpoints (section 6.1: the last 5 for base models, 20 for big), saved as
+checkpoints (section 6.1: the last 5 for base models, 20 for big), or of the N best kept
+(`train.average_from: best`, `train.keep_best`), saved as
 runs/NAME/checkpoints/averaged/ckpt (model only; `pipelines.training.checkpoints.restore_model`
 loads it).
 
@@ -10,23 +11,20 @@ with averaged.json listing the checkpoints averaged and model.json the model con
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
 from pathlib import Path
 
 import keras
 import numpy as np
 
-from export.versions import staging_directory
 from pipelines import InputError
-from pipelines.training.checkpoint_files import (checkpoint_step, replace_directory,
-                                                 tf_write_errors, training_checkpoints)
-from pipelines.training.checkpoint_records import check_vocabulary, record_model
-from pipelines.training.checkpoints import model_checkpoint, restore_model
+from pipelines.training.best_checkpoints import kept_checkpoints
+from pipelines.training.checkpoint_files import checkpoint_step, training_checkpoints
+from pipelines.training.checkpoint_records import check_vocabulary
+from pipelines.training.checkpoints import restore_model, write_weights
 from pipelines.config import PipelineConfig
 from pipelines.files import check_writable
 from pipelines.models import build_model, run_tokenizer
-from pipelines.paths import CHECKPOINT_NAME, RunPaths
+from pipelines.paths import RunPaths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,10 +53,15 @@ def average(config: PipelineConfig, last: int | None = None) -> AverageSummary:
     """
     paths = RunPaths(config.run_path)
     requested = last or config.train.average_last
-    prefixes = training_checkpoints(paths)[-requested:]
+    if config.train.average_from == "best":  # oldest first, as the last ones
+        prefixes = sorted(kept_checkpoints(paths)[:requested], key=checkpoint_step)
+    else:
+        prefixes = training_checkpoints(paths)[-requested:]
     if not prefixes:
-        raise InputError(f"{paths.checkpoints}: no checkpoints; run `keras-transformer "
-                         f"train` first")
+        kind = "best checkpoints kept (train.keep_best)" if config.train.average_from == "best" \
+            else "checkpoints"
+        raise InputError(f"{paths.checkpoints}: no {kind}; run `keras-transformer train` "
+                         f"first")
     vocab_size = run_tokenizer(paths).vocab_size
     check_vocabulary(paths)
     check_writable(paths.checkpoints)
@@ -72,16 +75,7 @@ def average(config: PipelineConfig, last: int | None = None) -> AverageSummary:
     for total, variable in zip(sums, averaged):
         variable.assign((total / len(prefixes)).astype(variable.dtype))
 
-    target = paths.averaged
-    temporary = staging_directory(paths.checkpoints, ".averaged")
-    try:
-        with tf_write_errors(paths.checkpoints):
-            model_checkpoint(model).write(str(temporary / CHECKPOINT_NAME))
-        record_model(temporary, model.model_config)
-        (temporary / "averaged.json").write_text(json.dumps(
-            {"checkpoints": [Path(p).name for p in prefixes],
-             "steps": [checkpoint_step(p) for p in prefixes]}, indent=2) + "\n")
-        replace_directory(temporary, target.parent)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
-    return AverageSummary(tuple(prefixes), requested, target)
+    write_weights(model.variables, model.model_config, paths.averaged.parent,
+                  {"checkpoints": [str(Path(p).relative_to(paths.checkpoints)) for p in prefixes],
+                   "steps": [checkpoint_step(p) for p in prefixes]})
+    return AverageSummary(tuple(prefixes), requested, paths.averaged)

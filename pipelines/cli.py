@@ -54,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument("config", help="a pipeline YAML file or a builtin name (demo)")
     export.add_argument("--format", help="comma-separated formats: saved_model,onnx,"
                         "ctranslate2 (default: the config's export.formats)")
-    export.add_argument("--checkpoint", help="a checkpoint prefix (default: the averaged one)")
+    export.add_argument("--checkpoint", help="a checkpoint prefix (default: the one of "
+                        "evaluate.weights: the averaged one, else the latest)")
     export.set_defaults(handler=_export)
     translate = commands.add_parser(
         "translate", help="lines (INPUT or stdin) -> translations (stdout), in order")
@@ -121,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "evaluate", help="beam search on a split -> eval/SPLIT.hyp, eval/SPLIT.json "
         "(sacrebleu BLEU and chrF)")
     evaluate.add_argument("config", help="a pipeline YAML file or a builtin name (demo)")
-    evaluate.add_argument("--checkpoint", help="a checkpoint prefix (default: the averaged one)")
+    evaluate.add_argument("--checkpoint", help="a checkpoint prefix (default: the one of "
+                        "evaluate.weights: the averaged one, else the latest)")
     evaluate.add_argument("--split", choices=("dev", "test"), default="test")
     evaluate.set_defaults(handler=_evaluate)
     run = commands.add_parser(

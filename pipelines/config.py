@@ -125,6 +125,12 @@ class PipelineConfig:
                 f"must be at least {smallest} so that a pair of data.max_length "
                 f"({self.data.max_length}) tokens, padded to its length bucket, fits a batch "
                 f"(with N replicas: N x {smallest}), got {self.train.batch_tokens!r}"))
+        if self.model.preset == "auto" and not self.train.max_minutes:
+            raise FieldError("model.preset", "auto chooses the size that train.max_minutes "
+                             "trains best: set train.max_minutes, or name a preset")
+        if self.model.preset == "auto" and self.train.init_from:
+            raise FieldError("model.preset", "a fine-tuned run keeps its parent's size "
+                             "(train.init_from): name the parent's preset, not auto")
         model_length = self.model.model_config().max_length
         if model_length < self.data.max_length:
             key = "model.max_length" if self.model.max_length is not None else "data.max_length"

@@ -14,10 +14,12 @@ from export.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
 from pipelines import InputError
-from pipelines.training.checkpoint_files import default_checkpoint
+from pipelines.training.weights import weights_checkpoint
 from pipelines.training.checkpoint_records import check_vocabulary
 from pipelines.training.checkpoints import restore_model
 from pipelines.config import PipelineConfig
+from pipelines.sections import ModelSection
+from pipelines.training.model_size import SIZE_RECORD, SizeChoice
 from pipelines.paths import RunPaths
 
 
@@ -25,8 +27,25 @@ def build_model(config: PipelineConfig, vocab_size: int, dtype: str | None = Non
     """The Transformer of the `model` section in the Keras dtype policy `dtype` (default: the
     section's, `auto` resolved), its weights created under the current strategy scope, if any.
     The config was validated when it loaded (`pipelines.config.ModelSection`)."""
-    model_config = config.model.model_config(vocab_size=vocab_size, pad_id=PAD_ID)
+    model_config = sized_model(config).model_config(vocab_size=vocab_size, pad_id=PAD_ID)
     return Transformer(model_config, dtype=dtype or config.model.resolved_dtype()[0])
+
+
+def sized_model(config: PipelineConfig) -> ModelSection:
+    """The `model` section with `preset: auto` replaced by the size train chose for the run
+    (checkpoints/model_size.json); any other preset as it is.
+
+    Raises:
+        InputError: `auto` and train has not chosen yet.
+    """
+    if config.model.preset != "auto":
+        return config.model
+    directory = RunPaths(config.run_path).checkpoints
+    choice = SizeChoice.load(directory)
+    if choice is None:
+        raise InputError(f"{directory}: model.preset auto and no size chosen yet "
+                         f"({SIZE_RECORD} is written by `keras-transformer train`): train first")
+    return config.model.sized(choice.size)
 
 
 def run_tokenizer(paths: RunPaths) -> Tokenizer:
@@ -50,8 +69,9 @@ def run_tokenizer(paths: RunPaths) -> Tokenizer:
 
 def load_model_for_inference(config: PipelineConfig, checkpoint: str | None = None,
                              dtype: str = "float32") -> tuple[Transformer, str]:
-    """(the restored model, its checkpoint prefix). `checkpoint` defaults to the averaged one,
-    else the latest training checkpoint; `dtype` is the model's Keras dtype policy.
+    """(the restored model, its checkpoint prefix). `checkpoint` defaults to the one of
+    `evaluate.weights` (the averaged one, else the latest training checkpoint, by default);
+    `dtype` is the model's Keras dtype policy.
 
     Raises:
         InputError: the run has no vocabulary or no checkpoint, or one that cannot be restored
@@ -59,7 +79,7 @@ def load_model_for_inference(config: PipelineConfig, checkpoint: str | None = No
     """
     paths = RunPaths(config.run_path)
     vocab_size = run_tokenizer(paths).vocab_size
-    checkpoint = checkpoint or default_checkpoint(paths)
+    checkpoint = checkpoint or weights_checkpoint(paths, config.evaluate.weights)
     check_vocabulary(paths)
     if not Path(f"{checkpoint}.index").is_file():
         raise InputError(f"{checkpoint}: no such checkpoint (expected {checkpoint}.index)")

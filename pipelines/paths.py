@@ -8,8 +8,12 @@
     checkpoints/ckpt-STEP.*       training checkpoints, indexed by checkpoints/checkpoint;
                                   vocabulary.sha256: the spm.model they were trained with,
                                   model.json: the model config they hold,
-                                  parent.json: the checkpoint a fine-tuning started from
+                                  parent.json: the checkpoint a fine-tuning started from,
+                                  model_size.json: the size `model.preset: auto` chose
     checkpoints/averaged/ckpt.*   the averaged model (averaged/model.json: its config)
+    checkpoints/ema/ckpt.*        the moving average of the weights (train.ema_decay)
+    checkpoints/best/             the best validations' checkpoints (train.keep_best),
+                                  ckpt-STEP/ckpt.*, indexed by best.json
     logs/                         TensorBoard events, train_summary.json
     eval/SPLIT.{hyp,json}         translations and scores of a split
     export/saved_model/VERSION/   SavedModel versions; export/models.config and
@@ -95,6 +99,30 @@ class RunPaths:
     @property
     def averaged_index(self) -> Path:
         return self.averaged.with_name(f"{CHECKPOINT_NAME}.index")
+
+    @property
+    def ema(self) -> Path:
+        """The moving average's checkpoint prefix (train.ema_decay)."""
+        return self.checkpoints / "ema" / CHECKPOINT_NAME
+
+    @property
+    def ema_index(self) -> Path:
+        return self.ema.with_name(f"{CHECKPOINT_NAME}.index")
+
+    @property
+    def best(self) -> Path:
+        """The best validations' checkpoints (train.keep_best), indexed by best.json."""
+        return self.checkpoints / "best"
+
+    @property
+    def best_record(self) -> Path:
+        return self.best / "best.json"
+
+    def weights_record(self, weights: str) -> Path:
+        """The file whose change means new `weights` (`evaluate.weights`): a stage input of
+        `keras-transformer run`."""
+        return {"averaged": self.averaged_index, "ema": self.ema_index,
+                "best": self.best_record, "latest": self.checkpoint_index}[weights]
 
     @property
     def logs(self) -> Path:

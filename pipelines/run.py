@@ -132,17 +132,18 @@ def _exported(config: PipelineConfig, paths: RunPaths) -> list[Path]:
 STAGES = (
     Stage("prepare", ("data", "train.init_from"), _corpus, _prepared, _prepare),
     Stage("train", ("data", "model", "train"), _prepared, lambda c, p: [p.checkpoint_index],
-          _train, ignores=("train.average_last",)),
-    Stage("average", ("model", "train.average_last"), lambda c, p: [p.checkpoint_index],
+          _train, ignores=("train.average_last", "train.average_from")),
+    Stage("average", ("model", "train.average_last", "train.average_from"),
+          lambda c, p: [p.weights_record("best" if c.train.average_from == "best"
+                                         else "latest")],
           lambda c, p: [p.averaged_index], _average),
     Stage("evaluate", ("model", "evaluate", "data.max_length"),
-          lambda c, p: [p.averaged_index, p.spm_model] + [
+          lambda c, p: [p.weights_record(c.evaluate.weights), p.spm_model] + [
               path for split in c.evaluate.splits for path in p.split(split)],
           lambda c, p: [p.scores(split) for split in c.evaluate.splits], _evaluate),
     Stage("export", ("model", "evaluate.beam_size", "evaluate.alpha", "evaluate.stop",
-                     "evaluate.extra_length",
-                     "data.max_length", "export"),
-          lambda c, p: [p.averaged_index, p.spm_model], _exported, _export),
+                     "evaluate.extra_length", "evaluate.weights", "data.max_length", "export"),
+          lambda c, p: [p.weights_record(c.evaluate.weights), p.spm_model], _exported, _export),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 
@@ -244,10 +245,14 @@ def report(config: PipelineConfig, examples: int = 3) -> str:
                          f"{scores['seconds']:.0f} s)")
     if paths.train_summary.exists():
         summary = json.loads(paths.train_summary.read_text())
-        budget = (f", ended by its {summary['budget_minutes']:g}-minute budget"
-                  if summary.get("ended_by") == "budget" else "")
+        ended = {"budget": f", ended by its {summary.get('budget_minutes') or 0:g}-minute "
+                           f"budget",
+                 "early_stopping": ", ended by early stopping"}.get(summary.get("ended_by"), "")
+        size = (f", model size {summary['model_size']} (auto)" if summary.get("model_size")
+                else "")
         lines.append(f"  training  {summary['tokens_per_second']:,.0f} target tokens/s, "
-                     f"{summary['step']:,} steps in {summary['seconds'] / 60:.1f} min{budget}")
+                     f"{summary['step']:,} steps in {summary['seconds'] / 60:.1f} min{ended}"
+                     f"{size}")
     runtimes = [runtime for runtime, format_ in RUNTIME_FORMATS.items()
                 if format_ in config.export.formats and paths.export.exists()]
     if not runtimes:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from keras_transformer.config import ModelConfig, ModelConfigError
 from keras_transformer.decoding_settings import DecodingSettings, DecodingSettingsError
 from keras_transformer.precision import resolve_dtype
+from pipelines.training.model_size import AUTO_PRESET, SIZE_FIELDS, SIZE_LADDER, largest_size
 from pipelines.yaml_dataclasses import ConfigError, FieldError
 
 EXPORT_FORMATS = ("saved_model", "onnx", "ctranslate2")
@@ -32,17 +33,23 @@ ModelOverrides = dataclasses.make_dataclass("ModelOverrides", _optional_model_fi
 
 @dataclasses.dataclass(frozen=True)
 class ModelSection(ModelOverrides):
-    """The `model` section: a preset of keras_transformer.config (tiny, small, base, big), any
-    ModelConfig field overridden (None keeps the preset's value; ModelConfig checks the merged
-    fields) and the Keras dtype policy (`auto`: chosen for the machine each stage runs on, see
-    `resolved_dtype`). The vocabulary comes from the run's tokenizer, made by `prepare`: until
-    then the checks use ModelConfig's default vocab_size, which only pad_id's depends on.
+    """The `model` section: a preset of keras_transformer.config (tiny, small, base, big), or
+    `auto` (train chooses the size its train.max_minutes budget trains best on this machine:
+    pipelines/training/size_choice.py); any ModelConfig field overridden (None keeps the
+    preset's value; ModelConfig checks the merged fields, `auto` refuses the size fields it
+    chooses); and the Keras dtype policy (`auto`: chosen for the machine each stage runs on,
+    see `resolved_dtype`). The vocabulary comes from the run's tokenizer, made by `prepare`:
+    until then the checks use ModelConfig's default vocab_size, which only pad_id's depends on.
     """
 
-    preset: Literal["tiny", "small", "base", "big"] = "base"
+    preset: Literal["auto", "tiny", "small", "base", "big"] = "base"
     dtype: Literal["auto", "float32", "mixed_bfloat16", "mixed_float16"] = "auto"
 
     def __post_init__(self) -> None:
+        chosen = [name for name in SIZE_FIELDS if name in self.overrides()]
+        if self.preset == "auto" and chosen:
+            raise FieldError(chosen[0], "is chosen by `preset: auto` (the size for the "
+                             "train.max_minutes budget): remove it, or name a preset")
         try:
             self.model_config()
         except ModelConfigError as error:
@@ -59,8 +66,16 @@ class ModelSection(ModelOverrides):
 
     def model_config(self, **vocabulary: int) -> ModelConfig:
         """The preset with this section's overrides and `vocabulary` (vocab_size, pad_id: the
-        run's tokenizer's; default ModelConfig's)."""
+        run's tokenizer's; default ModelConfig's). For `auto`, until train chooses a size
+        (`sized`), the largest size it may choose."""
+        if self.preset == "auto":
+            return self.sized(largest_size()).model_config(**vocabulary)
         return ModelConfig.from_preset(self.preset, **vocabulary, **self.overrides())
+
+    def sized(self, size: str) -> ModelSection:
+        """This section with `preset: auto` replaced by a size of the ladder
+        (`pipelines.training.model_size.SIZE_LADDER`)."""
+        return dataclasses.replace(self, preset=AUTO_PRESET, **SIZE_LADDER[size])
 
     def resolved_dtype(self) -> tuple[str, str]:
         """(the Keras dtype policy on this machine, why): `auto` resolved and an explicit policy
@@ -70,6 +85,23 @@ class ModelSection(ModelOverrides):
             ConfigError: mixed_bfloat16 where ONEDNN_MAX_CPU_ISA would make oneDNN abort.
         """
         return _resolved_dtype("model.dtype", self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyStopping:
+    """`train.early_stopping`: the validation metric that ranks checkpoints (`keep_best`) and
+    ends training after `patience` validations without improving on its best by more than
+    `min_delta` (patience 0: never)."""
+
+    metric: Literal["dev_loss", "dev_bleu", "dev_chrf"] = "dev_loss"
+    patience: int = 0
+    min_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.patience < 0:
+            raise FieldError("patience", f"must be at least 0 (0: off), got {self.patience!r}")
+        if self.min_delta < 0:
+            raise FieldError("min_delta", f"must be at least 0, got {self.min_delta!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,11 +134,20 @@ class TrainConfig:
     checkpoint_every_minutes: float = 10.0  # the paper's interval
     keep_checkpoints: int = 5
     average_last: int = 5  # the paper averages the last 5 checkpoints (base), 20 (big)
+    average_from: Literal["last", "best"] = "last"  # the last checkpoints, or the best kept
     validate_every_steps: int = 1000  # dev loss
-    bleu_every_steps: int = 5000  # greedy dev BLEU
+    bleu_every_steps: int = 5000  # dev BLEU and chrF
     bleu_max_sentences: int = 500  # the first dev pairs scored for BLEU
+    bleu_beam_size: int = 1  # dev BLEU's decoding: 1 is greedy search
+    # Model-only checkpoints of the keep_best best validations by early_stopping.metric
+    # (checkpoints/best/; 0: none), for `evaluate.weights: best` and `average_from: best`.
+    keep_best: int = 0
+    early_stopping: EarlyStopping = dataclasses.field(default_factory=EarlyStopping)
     log_every_steps: int = 100
     jit_compile: bool = False  # XLA: one compilation per batch shape
+    # An exponential moving average of the weights (0: off), written to checkpoints/ema for
+    # evaluate and export (`evaluate.weights: ema`); see pipelines/training/weight_average.py.
+    ema_decay: float = 0.0
     seed: int = 1234  # initialisation and dropout
     init_from: str | None = None  # the parent run directory or checkpoint of a fine-tuning
 
@@ -118,18 +159,29 @@ class TrainConfig:
                          ("checkpoint_every_steps", 0), ("keep_checkpoints", 1),
                          ("average_last", 1), ("validate_every_steps", 0),
                          ("bleu_every_steps", 0), ("bleu_max_sentences", 1),
-                         ("log_every_steps", 1)):
+                         ("bleu_beam_size", 1), ("keep_best", 0), ("log_every_steps", 1)):
             if getattr(self, key) < low:
                 raise FieldError(key, f"must be at least {low}, got {getattr(self, key)!r}")
         if self.learning_rate_scale <= 0:
             raise FieldError("learning_rate_scale",
                              f"must be positive, got {self.learning_rate_scale!r}")
+        if not 0 <= self.ema_decay < 1:
+            raise FieldError("ema_decay", f"must be in [0, 1) (0: off; 0.999 averages about "
+                             f"the last 1,000 updates), got {self.ema_decay!r}")
         if self.max_minutes < 0:
             raise FieldError("max_minutes", f"must be at least 0 (0: no budget), "
                              f"got {self.max_minutes!r}")
         if self.checkpoint_every_minutes < 0:
             raise FieldError("checkpoint_every_minutes",
                              f"must be at least 0, got {self.checkpoint_every_minutes!r}")
+        metric = self.early_stopping.metric
+        interval = "validate_every_steps" if metric == "dev_loss" else "bleu_every_steps"
+        if (self.keep_best or self.early_stopping.patience) and not getattr(self, interval):
+            raise FieldError("early_stopping.metric", f"{metric} is measured every "
+                             f"train.{interval} steps, which is 0 (off): set it")
+        if self.average_from == "best" and self.average_last > self.keep_best:
+            raise FieldError("average_last", f"must be at most keep_best ({self.keep_best}) "
+                             f"to average the best, got {self.average_last!r}")
         if self.average_last > self.keep_checkpoints:
             raise FieldError("average_last", f"must be at most keep_checkpoints "
                              f"({self.keep_checkpoints}), got {self.average_last!r}")
@@ -150,6 +202,10 @@ class EvaluateConfig:
     extra_length: int = DECODING.extra_length
     batch_size: int = 32  # sentences per decoding batch
     splits: tuple[str, ...] = ("test",)  # what `run` evaluates
+    # The weights evaluate and export use: the averaged checkpoint (the latest training one
+    # until `average` has run), the moving average (train.ema_decay), the best validation's
+    # (train.keep_best) or the latest checkpoint.
+    weights: Literal["averaged", "ema", "best", "latest"] = "averaged"
 
     def __post_init__(self) -> None:
         try:

@@ -164,7 +164,8 @@ def test_checkpoints_of_another_vocabulary_are_refused(tmp_path: Path) -> None:
 
 
 def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
-    assert set(typing.get_args(typing.get_type_hints(ModelSection)["preset"])) == set(PRESETS)
+    assert set(typing.get_args(typing.get_type_hints(ModelSection)["preset"])) == {
+        *PRESETS, "auto"}
     demo = load_config("demo")
     assert demo.model.preset == "small" and demo.model.dtype == "auto"
     config = make_tiny_run(tmp_path)

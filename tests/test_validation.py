@@ -11,7 +11,7 @@ from pipelines.training.validation import DevBleu, DevLoss
 
 
 def test_dev_bleu_translates_as_the_translator_with_beam_1(export_translator, tmp_path):
-    """Sources cut to max_source_length tokens, an empty line translated to nothing."""
+    """BLEU and chrF of what the translator gives; sources cut to max_source_length tokens, an empty line translated to nothing."""
     model, model_proto = export_translator.model, export_translator.spm_model_proto
     lines = SENTENCES + ["", "bird " * 100]
     for name in ("dev.src", "dev.tgt"):
@@ -22,7 +22,13 @@ def test_dev_bleu_translates_as_the_translator_with_beam_1(export_translator, tm
     greedy = Translator(model, model_proto, DecodingSettings(beam_size=1, max_source_length=10))
     assert translations == greedy.translate_lines(lines)
     assert translations[-2] == "" and all(translations[:-2])
-    assert bleu() == sacrebleu.corpus_bleu(translations, [lines]).score
+    assert bleu() == (sacrebleu.corpus_bleu(translations, [lines]).score,
+                      sacrebleu.corpus_chrf(translations, [lines]).score)
+    # With bleu_beam_size: beam search as the translator's.
+    beam = DevBleu(model, Tokenizer(model_proto), tmp_path / "dev.src", tmp_path / "dev.tgt",
+                   max_sentences=len(lines), max_source_length=10, beam_size=4)
+    beam4 = Translator(model, model_proto, DecodingSettings(beam_size=4, max_source_length=10))
+    assert beam.translate() == beam4.translate_lines(lines)
 
 
 def test_dev_loss_is_none_when_no_dev_pair_fits_max_length(export_translator, tmp_path):

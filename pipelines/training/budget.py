@@ -63,6 +63,10 @@ class Recipe:
                    validate_every_steps=scale(train.validate_every_steps),
                    bleu_every_steps=scale(train.bleu_every_steps))
 
+    def interval(self, metric: str) -> int:
+        """The steps between validations of `metric` (dev_loss, dev_bleu, dev_chrf)."""
+        return self.validate_every_steps if metric == "dev_loss" else self.bleu_every_steps
+
 
 def steps_that_fit(step: int, seconds_left: float, seconds_per_update: float) -> int:
     """The step reached by spending PLANNED_SHARE of `seconds_left` on updates."""

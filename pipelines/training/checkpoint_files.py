@@ -30,19 +30,9 @@ def training_checkpoints(paths: RunPaths) -> list[str]:
 
 
 def checkpoint_step(prefix: str | Path) -> int:
-    """The step of `.../ckpt-STEP`."""
-    return int(str(prefix).rsplit("-", 1)[1])
-
-
-def default_checkpoint(paths: RunPaths) -> str:
-    """The averaged checkpoint if there is one, else the latest training checkpoint."""
-    if paths.averaged_index.exists():
-        return str(paths.averaged)
-    checkpoints = training_checkpoints(paths)
-    if not checkpoints:
-        raise InputError(f"{paths.checkpoints}: no checkpoint; run `keras-transformer train` "
-                         f"first")
-    return checkpoints[-1]
+    """The step of `.../ckpt-STEP` (a training checkpoint) or `.../ckpt-STEP/ckpt` (a kept
+    best one)."""
+    return int(re.findall(r"ckpt-(\d+)", str(prefix))[-1])
 
 
 def newest_readable_checkpoint(directory: Path,

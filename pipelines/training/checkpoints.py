@@ -1,13 +1,15 @@
 """A run's checkpoints: checkpoints/ckpt-STEP (the model, the optimizer, whose iteration
 count is the step and drives the learning-rate schedule, and the training clock) and
-checkpoints/averaged/ckpt (the model alone); `CheckpointSaver` writes the training ones.
+checkpoints/averaged/ckpt and checkpoints/ema/ckpt (the model alone: averaged checkpoints, the
+moving average of the weights); `CheckpointSaver` writes the training ones and the moving
+average.
 
 Never half-written: TF writes a checkpoint's data and index files under temporary names and
 renames them once complete, then tf.train.CheckpointManager rewrites the `checkpoint` index
 file atomically (a temporary file renamed over it). The latest checkpoint is read from that
 index, so a process killed while saving leaves the previous checkpoint the latest (and at most
-temporary files that the next save of that step overwrites). `averaged` is written in a
-temporary directory renamed into place.
+temporary files that the next save of that step overwrites). `averaged` and `ema` are written
+in a temporary directory renamed into place (`write_weights`).
 
 Before a restore, a checkpoint is checked whole (`checkpoint_problem`: its index reads, its
 data files hold the bytes the index lists) and of the model's architecture (`check_architecture`:
@@ -20,6 +22,7 @@ Finding and checking the files: `pipelines.training.checkpoint_files`; what they
 """
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -28,10 +31,12 @@ from typing import TYPE_CHECKING
 import keras
 import tensorflow as tf
 
+from export.versions import staging_directory
+from keras_transformer.config import ModelConfig
 from pipelines.training.checkpoint_files import (check_complete, checkpoint_step,
                                                   newest_readable_checkpoint,
-                                                  remove_partial_checkpoint, restoring,
-                                                  tf_write_errors)
+                                                  remove_partial_checkpoint, replace_directory,
+                                                  restoring, tf_write_errors)
 from pipelines.training.checkpoint_records import (check_architecture, check_vocabulary,
                                                    record_model, record_vocabulary)
 from pipelines.paths import CHECKPOINT_NAME, RunPaths
@@ -39,6 +44,7 @@ from pipelines.training.strategy import is_chief, task_id
 
 if TYPE_CHECKING:
     from pipelines.training.budget import TrainingClock
+    from pipelines.training.weight_average import WeightAverage
     from pipelines.sections import TrainConfig
 
 
@@ -58,6 +64,27 @@ def model_checkpoint(model: keras.Model, **trackables) -> tf.train.Checkpoint:
     alone. Variable paths are no key either: they hold per-process layer counters.
     """
     return tf.train.Checkpoint(model=list(model.variables), **trackables)
+
+
+def write_weights(variables: list, model_config: ModelConfig, directory: Path,
+                  notes: dict) -> None:
+    """Writes a model-only checkpoint of `variables` (in `model.variables`' order, as
+    `model_checkpoint` saves them) as directory/ckpt, with directory/model.json and
+    directory/NAME.json holding `notes` (NAME the directory's): built in a staging directory
+    and renamed into place, so never half-written.
+
+    Raises:
+        OSError: TensorFlow's error of a full disk or an unwritable directory.
+    """
+    temporary = staging_directory(directory.parent, f".{directory.name}")
+    try:
+        with tf_write_errors(directory.parent):
+            tf.train.Checkpoint(model=list(variables)).write(str(temporary / CHECKPOINT_NAME))
+        record_model(temporary, model_config)
+        (temporary / f"{directory.name}.json").write_text(json.dumps(notes, indent=2) + "\n")
+        replace_directory(temporary, directory)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def restore_model(model: keras.Model, prefix: str | Path) -> None:
@@ -81,8 +108,9 @@ class CheckpointSaver:
 
     def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer,
                  clock: TrainingClock, strategy: tf.distribute.Strategy, settings: TrainConfig,
-                 paths: RunPaths) -> None:
+                 paths: RunPaths, weight_average: WeightAverage | None = None) -> None:
         self.model, self.optimizer, self.clock = model, optimizer, clock
+        self.weight_average = weight_average
         self.strategy, self.settings = strategy, settings
         self.directory = paths.checkpoints
         self.chief, self.paths = is_chief(strategy), paths
@@ -93,8 +121,10 @@ class CheckpointSaver:
             check_vocabulary(paths)
             check_architecture(model, self.latest)
         write_dir = self.directory if self.chief else self.directory / f".{task_id(strategy)}"
-        self.manager = make_manager(model_checkpoint(model, optimizer=optimizer, clock=clock),
-                                    write_dir, settings.keep_checkpoints)
+        averages = {"ema": weight_average} if weight_average else {}
+        self.manager = make_manager(
+            model_checkpoint(model, optimizer=optimizer, clock=clock, **averages), write_dir,
+            settings.keep_checkpoints)
         self.last_save = time.monotonic()
 
     def restore(self) -> int:
@@ -106,12 +136,23 @@ class CheckpointSaver:
             weights.restore(self.latest).assert_existing_objects_matched().expect_partial()
             # Checkpoints of versions without a clock still resume: their time is not known.
             tf.train.Checkpoint(clock=self.clock).restore(self.latest).expect_partial()
+            if self.weight_average is not None:
+                self._restore_weight_average()
         step = int(self.optimizer.iterations.numpy())
         if step != checkpoint_step(self.latest):
             raise RuntimeError(f"{self.latest} holds step {step}, not "
                                f"{checkpoint_step(self.latest)}")
         self.clock.restored()
         return step
+
+    def _restore_weight_average(self) -> None:
+        """The moving average the latest checkpoint holds; one saved without (train.ema_decay
+        set on a resumed run) starts it from the restored weights."""
+        names = tf.train.load_checkpoint(self.latest).get_variable_to_shape_map()
+        if any(name.startswith("ema/") for name in names):
+            tf.train.Checkpoint(ema=self.weight_average).restore(self.latest).expect_partial()
+        else:
+            self.weight_average.reset(self.model.trainable_variables)
 
     def minutes_due(self) -> bool:
         """Whether train.checkpoint_every_minutes have passed since the last save, on this
@@ -146,4 +187,8 @@ class CheckpointSaver:
             self.latest = path
             record_vocabulary(self.paths)
             record_model(self.directory, self.model.model_config)
+            if self.weight_average is not None:
+                write_weights(self.weight_average.model_variables(self.model),
+                              self.model.model_config, self.paths.ema.parent,
+                              {"step": step, "decay": self.settings.ema_decay})
 

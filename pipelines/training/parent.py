@@ -18,7 +18,8 @@ import keras
 
 from keras_transformer.tokenizer import PAD_ID
 from pipelines import InputError
-from pipelines.training.checkpoint_files import check_complete, default_checkpoint
+from pipelines.training.checkpoint_files import check_complete
+from pipelines.training.weights import weights_checkpoint
 from pipelines.training.checkpoint_records import (check_recorded_architecture, check_vocabulary,
                                           file_sha256)
 from pipelines.training.checkpoints import restore_model
@@ -58,7 +59,7 @@ def find_parent(config: PipelineConfig) -> Parent | None:
             raise InputError(_why_no_run(path))
         if root.resolve() == config.run_path.resolve():
             raise InputError(f"{path}: this run itself; name the run to fine-tune from")
-        checkpoint = default_checkpoint(RunPaths(root)) if path.is_dir() else str(path)
+        checkpoint = weights_checkpoint(RunPaths(root)) if path.is_dir() else str(path)
         paths = RunPaths(root)
         check_complete(checkpoint)
         check_vocabulary(paths)

@@ -29,11 +29,13 @@ import keras
 import tensorflow as tf
 
 from pipelines.training.buckets import bucket_boundaries
+from pipelines.training.best_checkpoints import BestCheckpoints
 from pipelines.training.budget import TrainingClock
 from pipelines.training.checkpoints import CheckpointSaver
 from pipelines.config import PipelineConfig
 from pipelines.files import check_writable
 from pipelines.models import run_tokenizer
+from pipelines.training.size_choice import sized_for_budget
 from pipelines.training.parent import start_from_parent
 from pipelines.paths import RunPaths
 from pipelines.progress import Progress
@@ -88,14 +90,20 @@ class TrainingRun:
         self.strategy = strategy or make_strategy()
         check_batch_tokens(config, self.strategy.num_replicas_in_sync)
         self.clock = TrainingClock(self.settings)
+        config, self.size_choice = sized_for_budget(config, tokenizer.vocab_size, self.strategy,
+                                                    self.clock, dataset_fn)
+        self.config = config
         self.trainer = Trainer(config, tokenizer.vocab_size, self.strategy, self.clock)
         self.saver = CheckpointSaver(self.trainer.model, self.trainer.optimizer, self.clock,
-                                     self.strategy, self.settings, self.paths)
+                                     self.strategy, self.settings, self.paths,
+                                     self.trainer.weight_average)
         self.start_step = self.saver.restore()
         check_same_step_as_chief(self.strategy, self.start_step, self.paths.checkpoints)
         self.skipped_updates = 0  # by loss scaling
         self.init_from = start_from_parent(config, self.start_step, self.trainer.model,
                                            chief=is_chief(self.strategy))
+        if self.init_from and not self.start_step and self.trainer.weight_average:
+            self.trainer.weight_average.reset(self.trainer.model.trainable_variables)
         self.recipe = self.clock.recipe(self.settings)
         self._planned_at = (self.clock.elapsed(), self.start_step)  # when and where planned
         self.dataset = self.strategy.distribute_datasets_from_function(
@@ -105,6 +113,10 @@ class TrainingRun:
         self.trainer.compile(self.dataset.element_spec)
         chief = is_chief(self.strategy)
         self.validator = Validator(config, self.trainer.model, tokenizer) if chief else None
+        stopping = self.settings.early_stopping
+        self.best = (BestCheckpoints(self.paths, self.settings.keep_best, stopping)
+                     if chief and (self.settings.keep_best or stopping.patience) else None)
+        self.stop_reason: str | None = None
         self.writer = (tf.summary.create_file_writer(str(self.paths.logs)) if chief
                        else tf.summary.create_noop_writer())
         self.progress = Progress(self.recipe.steps, enabled=chief, elapsed=self.clock.elapsed,
@@ -114,6 +126,9 @@ class TrainingRun:
         """Trains to the recipe's steps or to the budget, validating, logging and saving."""
         try:
             self.progress.message(f"dtype {self.trainer.dtype_reason}")
+            if self.size_choice is not None:
+                self.progress.message(f"model size {self.size_choice.size} (preset auto): "
+                                      f"{self.size_choice.reason}")
             return self._run()
         finally:
             self.progress.close()
@@ -159,15 +174,18 @@ class TrainingRun:
             if logging:
                 loss = window.mean_loss()
                 window = Window()
-            if self.validator is not None:
-                self.validator.maybe_run(step, last, self.recipe, self.writer, self.progress)
-            if last or self.saver.due(step, self.recipe.checkpoint_every_steps,
-                                      minutes_due):
+            measured = (self.validator.maybe_run(step, last, self.recipe, self.writer,
+                                                 self.progress) if self.validator else {})
+            stopped = self._early_stopped(step, measured)
+            if last or stopped or self.saver.due(step, self.recipe.checkpoint_every_steps,
+                                                 minutes_due):
                 self.saver.save(step)
-                if not last:
+                if not (last or stopped):
                     self._replan(step)
+            if stopped:
+                break
         self.writer.flush()
-        if out_of_time and step < self.recipe.steps:
+        if out_of_time and step < self.recipe.steps and not self.stop_reason:
             self.progress.message(f"the {self.settings.max_minutes:g}-minute budget ended "
                                   f"training at step {step:,}")
         return TrainSummary(
@@ -179,11 +197,30 @@ class TrainingRun:
             checkpoint=self.saver.latest, seconds=self.clock.elapsed(),
             multi_worker=is_multi_worker(self.strategy), dtype=self.trainer.dtype,
             dtype_reason=self.trainer.dtype_reason,
-            ended_by="budget" if step < self.settings.steps else "steps",
+            ended_by=("early_stopping" if self.stop_reason else
+                      "budget" if step < self.settings.steps else "steps"),
+            stop_reason=self.stop_reason,
             budget_minutes=self.settings.max_minutes or None,
             planned_steps=self.recipe.steps, warmup_steps=self.recipe.warmup_steps,
             learning_rate_scale=self.recipe.learning_rate_scale, init_from=self.init_from,
-            skipped_updates=self.skipped_updates, loss_scale=self.trainer.loss_scale())
+            skipped_updates=self.skipped_updates, loss_scale=self.trainer.loss_scale(),
+            model_size=self.size_choice.size if self.size_choice else None,
+            model_size_reason=self.size_choice.reason if self.size_choice else None)
+
+    def _early_stopped(self, step: int, measured: dict[str, float]) -> bool:
+        """Records the validation metric where it was measured (the best checkpoints, chief
+        only) and whether early stopping ends training here, agreed by every worker at the
+        steps the metric is due."""
+        stopping, reason = self.settings.early_stopping, None
+        if self.best is not None and stopping.metric in measured:
+            reason = self.best.add(step, measured[stopping.metric], self.trainer.model)
+        if not stopping.patience or step % self.recipe.interval(stopping.metric):
+            return False
+        (stopped,) = any_worker(self.strategy, [reason is not None])
+        if stopped:
+            self.stop_reason = reason or "early stopping (by the chief's validation)"
+            self.progress.message(self.stop_reason)
+        return stopped
 
     def _plan(self, step: int, seconds_per_update: float) -> None:
         """Compresses the recipe to the steps that fit the budget (the same on every worker)."""

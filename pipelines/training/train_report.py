@@ -24,7 +24,9 @@ class TrainSummary:
     multi_worker: bool
     dtype: str  # the Keras dtype policy trained in (`auto` resolved)
     dtype_reason: str  # why that policy, e.g. "mixed_bfloat16: the CPU has amx_bf16 and ..."
-    ended_by: str = "steps"  # or "budget": train.max_minutes ended it before train.steps
+    # or "budget": train.max_minutes ended it before train.steps; or "early_stopping"
+    ended_by: str = "steps"
+    stop_reason: str | None = None  # why early stopping ended training
     budget_minutes: float | None = None
     planned_steps: int | None = None  # steps of the recipe followed (compressed by a budget)
     warmup_steps: int | None = None
@@ -32,12 +34,17 @@ class TrainSummary:
     init_from: str | None = None  # the parent checkpoint of a fine-tuning run
     skipped_updates: int = 0  # skipped by mixed_float16's loss scaling (gradients overflowed)
     loss_scale: float | None = None  # mixed_float16's dynamic loss scale at the end
+    model_size: str | None = None  # the size `model.preset: auto` chose (LAYERSxD_MODEL)
+    model_size_reason: str | None = None
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
         resumed = f"resumed at step {self.start_step:,}, " if self.start_step else ""
         lines = [f"trained {self.run_dir} to step {self.step:,} ({resumed}{self.strategy}, "
                  f"{self.replicas} replica(s)) in {self.seconds:.0f} s"]
+        if self.model_size:
+            lines.append(f"  size      {self.model_size} (model.preset auto): "
+                         f"{self.model_size_reason}")
         if self.init_from:
             lines.append(f"  parent    {self.init_from} (fine-tuned from its weights)")
         lines += [
@@ -46,12 +53,14 @@ class TrainSummary:
                  f"  speed     {self.tokens_per_second:,.0f} target tokens/s",
                  f"  dtype     {self.dtype_reason}"]
         if self.dev_bleu is not None:
-            lines.append(f"  dev BLEU  {self.dev_bleu:.2f} (greedy)")
+            lines.append(f"  dev BLEU  {self.dev_bleu:.2f} (train.bleu_max_sentences pairs)")
         if self.ended_by == "budget":
             lines.append(f"  budget    {self.budget_minutes:g} min ended training at step "
                          f"{self.step:,}: a {self.planned_steps:,}-step recipe, warm-up "
                          f"{self.warmup_steps:,}, learning-rate scale "
                          f"{self.learning_rate_scale:.3f}")
+        if self.stop_reason:
+            lines.append(f"  stopped   {self.stop_reason}")
         if self.loss_scale is not None:
             lines.append(f"  float16   loss scale {self.loss_scale:g}; {self.skipped_updates:,} "
                          f"update(s) skipped where the gradients overflowed")

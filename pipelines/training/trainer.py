@@ -10,6 +10,8 @@ passes with XLA, once per batch shape, with the loss in chunks of rows as withou
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import keras
 import tensorflow as tf
 
@@ -19,6 +21,7 @@ from keras_transformer.tokenizer import PAD_ID
 from pipelines.training.budget import TrainingClock
 from pipelines.config import PipelineConfig
 from pipelines.models import build_model
+from pipelines.training.weight_average import WeightAverage
 
 Batch = dict[str, tf.Tensor]
 
@@ -56,6 +59,10 @@ class Trainer:
             self.optimizer = make_optimizer(config, self.model.model_config.d_model, self.dtype,
                                             clock)
             self.optimizer.build(self.model.trainable_variables)
+            self.weight_average = (
+                WeightAverage(self.model.trainable_variables, config.train.ema_decay,
+                              _compression(config, clock))
+                if config.train.ema_decay else None)
         self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self._gradients = (tf.function(self._batch_gradients, jit_compile=True)
                            if config.train.jit_compile else self._batch_gradients)
@@ -119,7 +126,10 @@ class Trainer:
         finite = _all_finite(context, grads)
         if self.loss_scaling:
             grads = _agree_on_overflow(grads, finite)
+        applied_before = tf.identity(self.optimizer.iterations)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        if self.weight_average is not None:
+            self.weight_average.update(self.model.trainable_variables, applied_before, finite)
         loss = context.all_reduce(tf.distribute.ReduceOp.SUM, loss_sum) / global_tokens
         return loss, global_tokens, finite
 
@@ -136,6 +146,14 @@ class Trainer:
                 static_shapes=self.config.train.jit_compile)
             scaled = self.optimizer.scale_loss(loss_sum / global_tokens)
         return loss_sum, tape.gradient(scaled, self.model.trainable_variables)
+
+
+def _compression(config: PipelineConfig, clock: TrainingClock | None) -> Callable[[], tf.Tensor]:
+    """The budget's compression of the recipe, r = compressed / configured warm-up (1 without
+    a budget or a plan), read when the step runs."""
+    if clock is None:
+        return lambda: tf.constant(1.0)
+    return lambda: tf.cast(clock.warmup_steps, tf.float32) / config.train.warmup_steps
 
 
 def _all_finite(context: tf.distribute.ReplicaContext, grads: list[tf.Tensor]) -> tf.Tensor:

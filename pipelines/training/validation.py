@@ -1,5 +1,5 @@
-"""Validation during training: dev loss over the dev split, and greedy dev BLEU (sacrebleu), at
-their intervals (`Validator`).
+"""Validation during training: dev loss over the dev split, and dev BLEU and chrF (sacrebleu;
+greedy or beam search on the first dev pairs), at their intervals (`Validator`).
 
 Both run on the model as it stands, outside any replica context (with a distribution strategy
 they read the first replica's variables), compiled once for any batch shape.
@@ -67,8 +67,9 @@ class DevLoss:
 
 
 class DevBleu:
-    """Corpus BLEU of greedy translations of the first `max_sentences` dev pairs against the
-    raw references, detokenized by the SentencePiece model (sacrebleu's default 13a). Sources
+    """Corpus BLEU and chrF of translations (greedy, or beam search of `beam_size`) of the first
+    `max_sentences` dev pairs against the raw references, detokenized by the SentencePiece
+    model (sacrebleu's defaults: BLEU's 13a tokenizer, chrF's 6 character n-grams). Sources
     are read as `evaluate` reads them (`keras_transformer.translate.decode_sources`): cut to
     `max_source_length` tokens, and a line with no piece translates to the empty string.
 
@@ -79,16 +80,18 @@ class DevBleu:
         max_sentences: pairs scored.
         max_source_length: source tokens kept, EOS included (default and at most the model's
             max_length).
+        beam_size: 1 for greedy search.
     """
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, src_path: str | Path,
                  tgt_path: str | Path, max_sentences: int,
-                 max_source_length: int | None = None) -> None:
+                 max_source_length: int | None = None, beam_size: int = 1) -> None:
         self.model = model
         self.tokenizer = tokenizer
         sources = read_lines(src_path, max_sentences)
         self.references = read_lines(tgt_path, max_sentences)
-        self.settings = dataclasses.replace(GREEDY, max_source_length=max_source_length
+        self.settings = dataclasses.replace(GREEDY, beam_size=beam_size,
+                                            max_source_length=max_source_length
                                             ).for_model(model.model_config.max_length)
         ids = tokenizer.tokenize(tf.constant(sources, tf.string), add_eos=True,
                                  max_length=self.settings.max_source_length)
@@ -96,14 +99,16 @@ class DevBleu:
         self.order = sorted(range(len(sources)), key=lambda i: lengths[i])  # similar lengths
         self.batches = [tf.gather(ids, self.order[i:i + DECODE_BATCH]).to_tensor(PAD_ID)
                         for i in range(0, len(sources), DECODE_BATCH)]  # [batch, src_len]
-        self._translate = tf.function(self._greedy, input_signature=[IDS_SPEC])
+        self._translate = tf.function(self._decode, input_signature=[IDS_SPEC])
 
-    def __call__(self) -> float:
-        """BLEU (0-100) of the current model's greedy translations."""
-        return sacrebleu.corpus_bleu(self.translate(), [self.references]).score
+    def __call__(self) -> tuple[float, float]:
+        """(BLEU, chrF), 0-100, of the current model's translations."""
+        hypotheses = self.translate()
+        return (sacrebleu.corpus_bleu(hypotheses, [self.references]).score,
+                sacrebleu.corpus_chrf(hypotheses, [self.references]).score)
 
     def translate(self) -> list[str]:
-        """Greedy translations of the dev sources, in the order of the file."""
+        """Translations of the dev sources, in the order of the file."""
         hypotheses = [""] * len(self.order)
         decoded = (text.decode("utf-8") for batch in self.batches
                    for text in self.tokenizer.detokenize(self._translate(batch)).numpy())
@@ -111,7 +116,7 @@ class DevBleu:
             hypotheses[index] = text
         return hypotheses
 
-    def _greedy(self, source_ids: tf.Tensor) -> tf.Tensor:
+    def _decode(self, source_ids: tf.Tensor) -> tf.Tensor:
         """[batch, src_len] -> target ids [batch, time] (EOS then PAD after each sentence)."""
         target_ids, _ = decode_sources(self.model, source_ids, self.settings)
         return target_ids
@@ -132,9 +137,11 @@ class Validator:
                 batch_tokens=config.train.batch_tokens, max_length=data.max_length))
         if has_dev and self.settings.bleu_every_steps:
             self.bleu = DevBleu(model, tokenizer, src, tgt, self.settings.bleu_max_sentences,
-                                max_source_length=data.max_length)
+                                max_source_length=data.max_length,
+                                beam_size=self.settings.bleu_beam_size)
         self.dev_loss: float | None = None
         self.dev_bleu: float | None = None
+        self.dev_chrf: float | None = None
         self.loss_seconds = self.bleu_seconds = 0.0  # the last runs' durations
 
     @property
@@ -143,25 +150,33 @@ class Validator:
         return self.loss_seconds + self.bleu_seconds
 
     def maybe_run(self, step: int, last: bool, recipe: Recipe, writer: tf.summary.SummaryWriter,
-                  progress: Progress) -> None:
+                  progress: Progress) -> dict[str, float]:
+        """Validates what is due at `step` (everything at the last step); returns what it
+        measured: {"dev_loss", "dev_bleu", "dev_chrf"} or some of them."""
+        measured: dict[str, float] = {}
         if self.loss is not None and (last or step % recipe.validate_every_steps == 0):
             started = time.monotonic()
-            measured = self.loss()
+            loss = self.loss()
             self.loss_seconds = time.monotonic() - started
-            if measured is None:
+            if loss is None:
                 progress.message(f"step {step:,}: no dev pair fits data.max_length "
                                  f"({self.max_length} tokens): no dev loss")
                 self.loss = None  # the dev split will not change
             else:
-                self.dev_loss, perplexity = measured
+                self.dev_loss, perplexity = loss
+                measured["dev_loss"] = self.dev_loss
                 write_scalars(writer, step, {"dev/loss": self.dev_loss,
                                              "dev/perplexity": perplexity})
                 progress.message(f"step {step:,}: dev loss {self.dev_loss:.4f}, "
                                  f"perplexity {perplexity:.2f}")
         if self.bleu is not None and (last or step % recipe.bleu_every_steps == 0):
             started = time.monotonic()
-            self.dev_bleu = self.bleu()
+            self.dev_bleu, self.dev_chrf = self.bleu()
             self.bleu_seconds = time.monotonic() - started
-            write_scalars(writer, step, {"dev/bleu": self.dev_bleu})
-            progress.message(f"step {step:,}: dev BLEU {self.dev_bleu:.2f} (greedy, "
-                             f"{len(self.bleu.references)} sentences)")
+            measured |= {"dev_bleu": self.dev_bleu, "dev_chrf": self.dev_chrf}
+            write_scalars(writer, step, {"dev/bleu": self.dev_bleu, "dev/chrf": self.dev_chrf})
+            beam = self.bleu.settings.beam_size
+            progress.message(f"step {step:,}: dev BLEU {self.dev_bleu:.2f}, chrF "
+                             f"{self.dev_chrf:.2f} ({'greedy' if beam == 1 else f'beam {beam}'}"
+                             f", {len(self.bleu.references)} sentences)")
+        return measured

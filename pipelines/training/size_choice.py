@@ -1,0 +1,108 @@
+"""The model size for a training budget (`model.preset: auto`).
+
+A budget fixes the compute; for a fixed compute a smaller model trained on more tokens beats a
+larger one trained on fewer, down to a floor. `auto` chooses from a ladder of shapes
+(`pipelines.training.model_size.SIZE_LADDER`). Before training, each size is probed on this
+machine (a traced update, then PROBE_UPDATES timed ones on the run's batches), from the
+largest down; the chosen one is the first whose expected target tokens in the time left reach
+TOKENS_PER_PARAMETER per parameter (so a fast machine probes one size), else the smallest.
+The rule and its threshold come from the grid of sizes x training lengths on the demo corpus
+(README, "Model size for the budget"; bench/budget_grid.py). The choice and its reason are
+recorded in checkpoints/model_size.json before the first update, so that a resumed run,
+average, evaluate and export use the same size.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+import keras
+import tensorflow as tf
+
+from pipelines.config import PipelineConfig
+from pipelines.paths import RunPaths
+from pipelines.training.budget import PLANNED_SHARE, TrainingClock
+from pipelines.training.model_size import SIZE_LADDER, SizeChoice
+from pipelines.training.strategy import chief_value, is_chief
+from pipelines.training.train_data import DatasetFn, train_dataset_fn
+from pipelines.training.trainer import Trainer
+
+TOKENS_PER_PARAMETER = 0.25  # the grid's crossover: below it a smaller size scored higher
+PROBE_UPDATES = 2
+# (size) -> (seconds of the probed updates, target tokens they trained, parameters)
+ProbeFn = Callable[[str], tuple[float, float, int]]
+
+
+def choose_size(probe: ProbeFn, seconds_left: Callable[[], float]) -> SizeChoice:
+    """Probes the ladder from the largest size down and chooses the first whose expected
+    target tokens per parameter in the time left reach TOKENS_PER_PARAMETER (a fast machine
+    probes one size), else the smallest."""
+    probed: dict[str, dict[str, float]] = {}
+    lines = []
+    for size in reversed(SIZE_LADDER):
+        seconds, tokens, parameters = probe(size)
+        rate = tokens / max(seconds, 1e-9)
+        probed[size] = {"tokens_per_second": round(rate, 1), "parameters": parameters}
+        per_parameter = rate * max(seconds_left(), 0.0) / parameters
+        lines.append(f"{size} {rate:,.0f} target tokens/s x the time left / {parameters:,} "
+                     f"parameters = {per_parameter:.2f} tokens per parameter")
+        if per_parameter >= TOKENS_PER_PARAMETER:
+            verdict = (f"the largest size with at least {TOKENS_PER_PARAMETER} tokens per "
+                       f"parameter")
+            break
+    else:
+        verdict = "the smallest size (none reaches the threshold)"
+    return SizeChoice(size=size, reason=f"{verdict}: {'; '.join(lines)}", probed=probed)
+
+
+def timed_updates(train_step: Callable[[], float]) -> tuple[float, float]:
+    """(seconds, target tokens) of PROBE_UPDATES calls of `train_step` (which returns the
+    update's target tokens), after one untimed call that traces it."""
+    train_step()
+    started, tokens = time.monotonic(), 0.0
+    for _ in range(PROBE_UPDATES):
+        tokens += train_step()
+    return time.monotonic() - started, tokens
+
+
+def probe_sizes(config: PipelineConfig, vocab_size: int, strategy: tf.distribute.Strategy,
+                clock: TrainingClock, dataset_fn: DatasetFn | None = None) -> SizeChoice:
+    """Probes the sizes on the run's first batches (default: its train split) under
+    `strategy`, chooses with the time `clock` leaves and records the choice in the run's
+    checkpoints directory (the chief's timings, so that every worker chooses alike). Reseeds
+    Keras's random generators with train.seed, so that the chosen model starts as it would
+    under an explicit preset."""
+    dataset = strategy.distribute_datasets_from_function(
+        dataset_fn or train_dataset_fn(config, seed=config.data.seed))
+    iterator = iter(dataset)
+    batches = tuple(next(iterator) for _ in range(config.train.accumulate_steps))
+
+    def probe(size: str) -> tuple[float, float, int]:
+        trainer = Trainer(dataclasses.replace(config, model=config.model.sized(size)),
+                          vocab_size, strategy)
+        trainer.compile(dataset.element_spec)
+        seconds, tokens = timed_updates(lambda: float(trainer.train_step(batches)[1]))
+        return chief_value(strategy, seconds), tokens, trainer.model.count_params()
+
+    choice = choose_size(probe, lambda: PLANNED_SHARE * chief_value(strategy,
+                                                                    clock.seconds_left()))
+    if is_chief(strategy):
+        directory = RunPaths(config.run_path).checkpoints
+        directory.mkdir(parents=True, exist_ok=True)
+        choice.save(directory)
+    keras.utils.set_random_seed(config.train.seed)
+    return choice
+
+
+def sized_for_budget(config: PipelineConfig, vocab_size: int, strategy: tf.distribute.Strategy,
+                     clock: TrainingClock, dataset_fn: DatasetFn | None = None
+                     ) -> tuple[PipelineConfig, SizeChoice | None]:
+    """(`config` with `model.preset: auto` replaced by the run's size, the choice): the one
+    recorded in its checkpoints, else chosen now (`probe_sizes`); any other preset as it is,
+    without a choice."""
+    if config.model.preset != "auto":
+        return config, None
+    choice = (SizeChoice.load(RunPaths(config.run_path).checkpoints)
+              or probe_sizes(config, vocab_size, strategy, clock, dataset_fn))
+    return dataclasses.replace(config, model=config.model.sized(choice.size)), choice

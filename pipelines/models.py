@@ -19,7 +19,7 @@ from pipelines.training.checkpoint_records import check_vocabulary
 from pipelines.training.checkpoints import restore_model
 from pipelines.config import PipelineConfig
 from pipelines.sections import ModelSection
-from pipelines.training.model_size import SIZE_RECORD, SizeChoice
+from pipelines.training.model_size import SIZE_RECORD, recorded_size
 from pipelines.paths import RunPaths
 
 
@@ -32,8 +32,8 @@ def build_model(config: PipelineConfig, vocab_size: int, dtype: str | None = Non
 
 
 def sized_model(config: PipelineConfig) -> ModelSection:
-    """The `model` section with `preset: auto` replaced by the size train chose for the run
-    (checkpoints/model_size.json); any other preset as it is.
+    """The `model` section with `preset: auto` replaced by the run's size
+    (`pipelines.training.model_size.recorded_size`); any other preset as it is.
 
     Raises:
         InputError: `auto` and train has not chosen yet.
@@ -41,11 +41,11 @@ def sized_model(config: PipelineConfig) -> ModelSection:
     if config.model.preset != "auto":
         return config.model
     directory = RunPaths(config.run_path).checkpoints
-    choice = SizeChoice.load(directory)
-    if choice is None:
+    size = recorded_size(directory)
+    if size is None:
         raise InputError(f"{directory}: model.preset auto and no size chosen yet "
                          f"({SIZE_RECORD} is written by `keras-transformer train`): train first")
-    return config.model.sized(choice.size)
+    return config.model.sized(size)
 
 
 def run_tokenizer(paths: RunPaths) -> Tokenizer:

@@ -176,7 +176,7 @@ def test_model_dtype_defaults_to_auto_resolved_for_the_machine(tmp_path, monkeyp
 
 def test_the_model_section_overrides_model_config_fields():
     model = load_config("demo").model
-    assert model.preset == "small" and model.overrides() == {"dropout": 0.1}
+    assert model.preset == "auto" and model.overrides() == {"dropout": 0.1}
     assert model.model_config(vocab_size=8000) == ModelConfig.from_preset(
         "small", vocab_size=8000, dropout=0.1)
     section_keys = {field.name for field in dataclasses.fields(ModelSection)}

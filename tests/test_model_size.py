@@ -137,3 +137,15 @@ def test_a_broken_size_record_is_named(tmp_path: Path) -> None:
     (tmp_path / SIZE_RECORD).write_text("{")
     with pytest.raises(InputError, match="model_size.json: not a size choice"):
         SizeChoice.load(tmp_path)
+
+
+def test_checkpoints_of_an_explicit_preset_give_their_size(tmp_path: Path) -> None:
+    from keras_transformer.config import ModelConfig
+    from pipelines.training.checkpoint_records import record_model
+    from pipelines.training.model_size import recorded_size
+
+    assert recorded_size(tmp_path) is None
+    record_model(tmp_path, ModelConfig.from_preset("small", vocab_size=8000))
+    assert recorded_size(tmp_path) == "3x256"  # a demo run trained before `auto`
+    record_model(tmp_path, ModelConfig.from_preset("base", vocab_size=8000))
+    assert recorded_size(tmp_path) is None  # no size of the ladder

@@ -167,7 +167,7 @@ def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
     assert set(typing.get_args(typing.get_type_hints(ModelSection)["preset"])) == {
         *PRESETS, "auto"}
     demo = load_config("demo")
-    assert demo.model.preset == "small" and demo.model.dtype == "auto"
+    assert demo.model.preset == "auto" and demo.model.dtype == "auto"
     config = make_tiny_run(tmp_path)
     text = config.read_text()
     for line, bad_line in (("  steps: 20", "  steps: 0"), ("  dropout: 0.0", "  dropout: 1.5"),

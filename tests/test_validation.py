@@ -11,7 +11,8 @@ from pipelines.training.validation import DevBleu, DevLoss
 
 
 def test_dev_bleu_translates_as_the_translator_with_beam_1(export_translator, tmp_path):
-    """BLEU and chrF of what the translator gives; sources cut to max_source_length tokens, an empty line translated to nothing."""
+    """BLEU and chrF of what the translator gives; sources cut to max_source_length tokens,
+    an empty line translated to nothing."""
     model, model_proto = export_translator.model, export_translator.spm_model_proto
     lines = SENTENCES + ["", "bird " * 100]
     for name in ("dev.src", "dev.tgt"):

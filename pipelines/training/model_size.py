@@ -12,6 +12,7 @@ from typing import Any
 
 from pipelines import InputError
 from pipelines.files import atomic_open
+from pipelines.paths import MODEL_RECORD
 
 AUTO_PRESET = "small"  # the preset whose other fields (dropout, label smoothing...) auto keeps
 SIZE_FIELDS = ("num_encoder_layers", "num_decoder_layers", "d_model", "d_ff", "num_heads")
@@ -57,3 +58,18 @@ class SizeChoice:
             raise InputError(f"{path}: unknown size {choice.size!r} (known: "
                              f"{', '.join(SIZE_LADDER)})")
         return choice
+
+
+def recorded_size(directory: Path) -> str | None:
+    """The size of a run's checkpoints in `directory`: the one `auto` chose
+    (model_size.json), else the ladder size that their model.json describes (a run trained
+    with an explicit preset before its config said `auto`); None when neither says."""
+    choice = SizeChoice.load(directory)
+    if choice is not None:
+        return choice.size
+    try:
+        trained = json.loads((directory / MODEL_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return next((size for size, fields in SIZE_LADDER.items()
+                 if all(trained.get(name) == value for name, value in fields.items())), None)

@@ -3,7 +3,7 @@
 A budget fixes the compute; for a fixed compute a smaller model trained on more tokens beats a
 larger one trained on fewer, down to a floor. `auto` chooses from a ladder of shapes
 (`pipelines.training.model_size.SIZE_LADDER`). Before training, each size is probed on this
-machine (a traced update, then PROBE_UPDATES timed ones on the run's batches), from the
+machine (a traced update, then PROBE_UPDATES timed ones on other batches of the run), from the
 largest down; the chosen one is the first whose expected target tokens in the time left reach
 TOKENS_PER_PARAMETER per parameter (so a fast machine probes one size), else the smallest.
 The rule and its threshold come from the grid of sizes x training lengths on the demo corpus
@@ -23,13 +23,17 @@ import tensorflow as tf
 from pipelines.config import PipelineConfig
 from pipelines.paths import RunPaths
 from pipelines.training.budget import PLANNED_SHARE, TrainingClock
-from pipelines.training.model_size import SIZE_LADDER, SizeChoice
+from pipelines.training.model_size import SIZE_LADDER, SizeChoice, recorded_size
 from pipelines.training.strategy import chief_value, is_chief
 from pipelines.training.train_data import DatasetFn, train_dataset_fn
 from pipelines.training.trainer import Trainer
 
-TOKENS_PER_PARAMETER = 0.25  # the grid's crossover: below it a smaller size scored higher
-PROBE_UPDATES = 2
+# Between the grid's crossovers (README, "Model size for the budget"): on the demo corpus the
+# small preset (3x256) scores 0.01 BLEU at 0.07 target tokens per parameter (300 updates) and
+# 2.3 at 0.24, where 2x128 trained for the same time scores 7.9; at 0.53 (2,186 updates) 3x256
+# scores 8.2 and at 0.98 (4,000) 20.3.
+TOKENS_PER_PARAMETER = 0.4
+PROBE_UPDATES = 3
 # (size) -> (seconds of the probed updates, target tokens they trained, parameters)
 ProbeFn = Callable[[str], tuple[float, float, int]]
 
@@ -56,13 +60,13 @@ def choose_size(probe: ProbeFn, seconds_left: Callable[[], float]) -> SizeChoice
     return SizeChoice(size=size, reason=f"{verdict}: {'; '.join(lines)}", probed=probed)
 
 
-def timed_updates(train_step: Callable[[], float]) -> tuple[float, float]:
-    """(seconds, target tokens) of PROBE_UPDATES calls of `train_step` (which returns the
-    update's target tokens), after one untimed call that traces it."""
-    train_step()
+def timed_updates(train_step: Callable[[int], float]) -> tuple[float, float]:
+    """(seconds, target tokens) of `train_step(k)` for k in 1..PROBE_UPDATES (it runs the
+    k-th update and returns its target tokens), after an untimed `train_step(0)` that traces."""
+    train_step(0)
     started, tokens = time.monotonic(), 0.0
-    for _ in range(PROBE_UPDATES):
-        tokens += train_step()
+    for update in range(1, PROBE_UPDATES + 1):
+        tokens += train_step(update)
     return time.monotonic() - started, tokens
 
 
@@ -76,13 +80,14 @@ def probe_sizes(config: PipelineConfig, vocab_size: int, strategy: tf.distribute
     dataset = strategy.distribute_datasets_from_function(
         dataset_fn or train_dataset_fn(config, seed=config.data.seed))
     iterator = iter(dataset)
-    batches = tuple(next(iterator) for _ in range(config.train.accumulate_steps))
+    updates = [tuple(next(iterator) for _ in range(config.train.accumulate_steps))
+               for _ in range(PROBE_UPDATES + 1)]  # batches of several length buckets
 
     def probe(size: str) -> tuple[float, float, int]:
         trainer = Trainer(dataclasses.replace(config, model=config.model.sized(size)),
                           vocab_size, strategy)
         trainer.compile(dataset.element_spec)
-        seconds, tokens = timed_updates(lambda: float(trainer.train_step(batches)[1]))
+        seconds, tokens = timed_updates(lambda k: float(trainer.train_step(updates[k])[1]))
         return chief_value(strategy, seconds), tokens, trainer.model.count_params()
 
     choice = choose_size(probe, lambda: PLANNED_SHARE * chief_value(strategy,
@@ -99,10 +104,15 @@ def sized_for_budget(config: PipelineConfig, vocab_size: int, strategy: tf.distr
                      clock: TrainingClock, dataset_fn: DatasetFn | None = None
                      ) -> tuple[PipelineConfig, SizeChoice | None]:
     """(`config` with `model.preset: auto` replaced by the run's size, the choice): the one
-    recorded in its checkpoints, else chosen now (`probe_sizes`); any other preset as it is,
-    without a choice."""
+    recorded in its checkpoints (or the size its checkpoints have, trained before the config
+    said auto), else chosen now (`probe_sizes`); any other preset as it is, without a
+    choice."""
     if config.model.preset != "auto":
         return config, None
-    choice = (SizeChoice.load(RunPaths(config.run_path).checkpoints)
-              or probe_sizes(config, vocab_size, strategy, clock, dataset_fn))
+    directory = RunPaths(config.run_path).checkpoints
+    choice = SizeChoice.load(directory)
+    if choice is None:
+        size = recorded_size(directory)  # checkpoints trained with an explicit preset
+        choice = (SizeChoice(size, f"the size of the run's checkpoints ({directory})", {})
+                  if size else probe_sizes(config, vocab_size, strategy, clock, dataset_fn))
     return dataclasses.replace(config, model=config.model.sized(choice.size)), choice

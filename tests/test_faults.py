@@ -20,20 +20,16 @@ import yaml
 from pipelines.training.checkpoint_files import (checkpoint_problem, checkpoint_step,
                                                  training_checkpoints)
 from pipelines.cli import main
-from pipelines.config import load_config
 from pipelines.paths import RunPaths
-from pipelines.training.train import TrainingRun
-from tiny_run import make_tiny_run
 
 DEV = ("--split", "dev")  # the tiny run has a dev split, no test split
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The directory of a tiny run trained 20 steps (checkpoints 10 and 20) and its config."""
-    root = tmp_path_factory.mktemp("trained")
-    TrainingRun(load_config(make_tiny_run(root))).run()
-    return root
+@pytest.fixture
+def trained(trained_tiny_run: Path) -> Path:
+    """The directory of a tiny run trained 20 steps (checkpoints 10 and 20) and its config:
+    conftest's, shared with other files, so the tests here change copies only."""
+    return trained_tiny_run
 
 
 def copy_run(trained: Path, destination: Path, **model) -> tuple[Path, RunPaths]:

@@ -131,6 +131,14 @@ def onnx_dir(exported) -> Path:
     return exported.onnx
 
 
+@pytest.fixture(scope="session")
+def saved_model_translator(saved_model_dir: Path):
+    """The exported SavedModel loaded (about 4 s a load), once per process: tests only call it."""
+    from export.saved_model import SavedModelTranslator
+
+    return SavedModelTranslator(saved_model_dir)
+
+
 @pytest.fixture
 def bfloat16_runs() -> None:
     """Skips a test that computes in bfloat16 where oneDNN would abort the process on it (a

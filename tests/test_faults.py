@@ -19,7 +19,6 @@ import tensorflow as tf
 from pipelines.training.checkpoint_files import (checkpoint_problem, checkpoint_step,
                                                  training_checkpoints)
 from pipelines.cli import main
-from pipelines.paths import RunPaths
 from tiny_run import copy_run
 
 DEV = ("--split", "dev")  # the tiny run has a dev split, no test split

@@ -1,5 +1,9 @@
-"""Shared fixtures: the demo corpus prepared once per session (about 10 s); a trained tiny
-translator and its exports (about 40 s, tests/export_helpers.py).
+"""Shared fixtures: the demo corpus prepared (about 10 s); a trained tiny translator and its
+exports (about 50 s, tests/export_helpers.py); a tiny run trained 20 steps.
+
+Each is built once per test run, not once per process: the first xdist worker to need one
+builds it under a lock in the run's shared temporary directory while the others wait, then all
+read it (`shared_directory`). Tests only read them, or copy what they change.
 
 The suite runs on CPU-only and GPU hosts alike: on a GPU, TensorFlow computes float32 matmuls
 in true float32 (not TF32, whose 10-bit mantissa would break the exact parity of TensorFlow
@@ -7,8 +11,11 @@ with ONNX Runtime and CTranslate2 on the CPU), and this process and every subpro
 memory as they need it (not all of it at start, which would starve the next process).
 """
 import dataclasses
+import fcntl
 import os
+import pickle
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -23,25 +30,70 @@ def pytest_configure(config: pytest.Config) -> None:
     tf.config.experimental.enable_tensor_float_32_execution(False)
 
 
+def shared_directory(tmp_path_factory: pytest.TempPathFactory, name: str,
+                     build: Callable[[Path], None]) -> Path:
+    """The directory `name`, built once per test run by `build(directory)`: the first process
+    (xdist worker) to ask builds it holding a file lock, the others wait for the lock and find
+    it complete. The run's own temporary root, so nothing outlives the run."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' common parent
+    directory, complete = root / name, root / f"{name}.complete"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not complete.exists():
+            directory.mkdir(exist_ok=True)
+            build(directory)
+            complete.touch()
+    return directory
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> PrepareSummary:
     """`prepare demo` (bible:en-fr, 8000 BPE pieces) written under a temporary run_dir."""
-    config = load_config("demo")
-    run_dir = tmp_path_factory.mktemp("runs") / "demo"
-    return prepare(dataclasses.replace(config, run_dir=str(run_dir)))
+
+    def build(directory: Path) -> None:
+        config = dataclasses.replace(load_config("demo"), run_dir=str(directory / "demo"))
+        (directory / "summary.pickle").write_bytes(pickle.dumps(prepare(config)))
+
+    directory = shared_directory(tmp_path_factory, "demo_run", build)
+    return pickle.loads((directory / "summary.pickle").read_bytes())
+
+
+TRANSLATOR_SETTINGS = {"beam_size": 4, "max_source_length": 40}  # export_translator's
 
 
 @pytest.fixture(scope="session")
-def export_translator(tmp_path_factory: pytest.TempPathFactory):
-    """A Translator (beam 4, sources cut to 40 tokens) of a tiny model trained 100 steps."""
+def export_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run holding a vocabulary and a tiny model trained 100 steps (as checkpoints/averaged),
+    and its config (data.max_length 40: export_translator's max_source_length)."""
+
+    def build(directory: Path) -> None:
+        from export.translator import Translator
+        from export_helpers import make_model, train_spm, write_run
+        from keras_transformer.decoding_settings import DecodingSettings
+
+        model_proto = train_spm(directory)
+        write_run(directory, Translator(make_model(model_proto, steps=100), model_proto,
+                                        DecodingSettings(**TRANSLATOR_SETTINGS)))
+
+    return shared_directory(tmp_path_factory, "export_run", build) / "config.yaml"
+
+
+@pytest.fixture(scope="session")
+def export_translator(export_config: Path):
+    """A Translator (beam 4, sources cut to 40 tokens) of the run's model, restored."""
     from export.translator import Translator
-    from export_helpers import make_model, train_spm
-
-    model_proto = train_spm(tmp_path_factory.mktemp("spm"))
+    from export_helpers import make_model
     from keras_transformer.decoding_settings import DecodingSettings
+    from pipelines.paths import RunPaths
+    from pipelines.training.checkpoints import restore_model
 
-    return Translator(make_model(model_proto, steps=100), model_proto,
-                      DecodingSettings(beam_size=4, max_source_length=40))
+    paths = RunPaths(load_config(export_config).run_path)
+    model_proto = paths.spm_model.read_bytes()
+    model = make_model(model_proto)
+    restore_model(model, paths.averaged)
+    return Translator(model, model_proto, DecodingSettings(**TRANSLATOR_SETTINGS))
 
 
 @pytest.fixture(scope="session")
@@ -56,20 +108,17 @@ def keras_reference(export_translator) -> dict:
 
 
 @pytest.fixture(scope="session")
-def export_config(export_translator, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run holding the translator's vocabulary and model (as checkpoints/averaged), and its
-    config (data.max_length 40: the translator's max_source_length)."""
-    from export_helpers import write_run
-
-    return write_run(tmp_path_factory.mktemp("export_run"), export_translator)
-
-
-@pytest.fixture(scope="session")
-def exported(export_config):
-    """`export_run` of that run: a SavedModel version and the ONNX models (about 30 s)."""
+def exported(export_config: Path, tmp_path_factory: pytest.TempPathFactory):
+    """`export_run` of that run: a SavedModel version, the ONNX and CTranslate2 models (about
+    35 s). Tests that export again do it in a run of their own."""
     from pipelines.export import export_run
 
-    return export_run(load_config(export_config))
+    def build(directory: Path) -> None:
+        (directory / "summary.pickle").write_bytes(pickle.dumps(export_run(
+            load_config(export_config))))
+
+    directory = shared_directory(tmp_path_factory, "exported", build)
+    return pickle.loads((directory / "summary.pickle").read_bytes())
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +129,14 @@ def saved_model_dir(exported) -> Path:
 @pytest.fixture(scope="session")
 def onnx_dir(exported) -> Path:
     return exported.onnx
+
+
+@pytest.fixture(scope="session")
+def saved_model_translator(saved_model_dir: Path):
+    """The exported SavedModel loaded (about 4 s a load), once per process: tests only call it."""
+    from export.saved_model import SavedModelTranslator
+
+    return SavedModelTranslator(saved_model_dir)
 
 
 @pytest.fixture
@@ -93,3 +150,16 @@ def bfloat16_runs() -> None:
         resolve_dtype("mixed_bfloat16")
     except ValueError as error:
         pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
+def trained_tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory of config.yaml and run/: a tiny run (tests/tiny_run.py's defaults) trained
+    20 steps by `keras-transformer train` (checkpoints 10 and 20, none averaged)."""
+    from pipelines.cli import main
+    from tiny_run import make_tiny_run
+
+    def build(directory: Path) -> None:
+        assert main(["train", str(make_tiny_run(directory))]) == 0
+
+    return shared_directory(tmp_path_factory, "trained_tiny_run", build)

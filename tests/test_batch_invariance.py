@@ -9,7 +9,6 @@ import pytest
 
 from export.ct2_runtime import CTranslate2Translator
 from export.onnx_runtime import OnnxTranslator
-from export.saved_model import SavedModelTranslator
 from export_helpers import SENTENCES, corpus, source_ids
 
 COMPANIONS = corpus(12, seed=5) + ["fish " * 30, "x", ""]
@@ -26,7 +25,7 @@ def batches(line: str, seed: int) -> list[list[str]]:
     return mixes
 
 
-def translator(runtime: str, exported, model_proto: bytes):
+def translator(runtime: str, exported, saved_model_translator, model_proto: bytes):
     """A function: a batch of lines -> (translation, score) per line, with `runtime`. ONNX
     Runtime decodes ids here (its text graph would run in a child process beside TensorFlow),
     so its answers are target ids."""
@@ -34,8 +33,7 @@ def translator(runtime: str, exported, model_proto: bytes):
         ct2 = CTranslate2Translator(exported.ctranslate2)
         return lambda batch: ct2.scored_lines(batch, batch_size=len(batch))
     if runtime == "tf":
-        saved = SavedModelTranslator(exported.saved_model)
-        return lambda batch: list(zip(*saved.translate(batch).values()))
+        return lambda batch: list(zip(*saved_model_translator.translate(batch).values()))
     onnx = OnnxTranslator(exported.onnx)
 
     def translate_ids(batch: list[str]) -> list[tuple[tuple[int, ...], float]]:
@@ -48,8 +46,10 @@ def translator(runtime: str, exported, model_proto: bytes):
 
 @pytest.mark.parametrize("runtime", ["tf", "onnx", "ct2"])
 def test_a_lines_translation_and_score_do_not_depend_on_its_batch(runtime, exported,
+                                                                  saved_model_translator,
                                                                   export_translator):
-    translate = translator(runtime, exported, export_translator.spm_model_proto)
+    translate = translator(runtime, exported, saved_model_translator,
+                           export_translator.spm_model_proto)
     for index, line in enumerate(SENTENCES):
         answers = [dict(zip(batch, translate(batch)))[line] for batch in batches(line, index)]
         alone_text, alone_score = answers[0]

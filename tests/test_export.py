@@ -235,13 +235,16 @@ def test_a_truncated_export_file_is_named(exported, tmp_path, capsys):
             f"corrupt); run `keras-transformer export` again\n")
 
 
-def test_a_ctranslate2_export_translates_through_the_cli(exported, export_config, tmp_path,
+def test_a_ctranslate2_export_translates_through_the_cli(exported, export_translator, tmp_path,
                                                          capsysbinary):
-    run_export = exported.saved_model.parent.parent
-    batching = (run_export / "batching_parameters.txt").read_text()
+    from export_helpers import write_run
+
+    batching = (exported.saved_model.parent.parent / "batching_parameters.txt").read_text()
     assert f"num_batch_threads {{ value: {os.cpu_count()} }}" in batching
     assert "pad_variable_length_inputs: true" in batching and "{" + "threads}" not in batching
-    assert main(["export", str(export_config), "--format", "ctranslate2"]) == 0
+    config = write_run(tmp_path, export_translator)  # the shared run's export is only read
+    run_export = tmp_path / "run" / "export"
+    assert main(["export", str(config), "--format", "ctranslate2"]) == 0
     assert "ctranslate2" in capsysbinary.readouterr().out.decode()
     assert sorted(p.name for p in (run_export / "ctranslate2").iterdir()) == \
         ["float32", "int8", "spm.model", "translator.json"]

@@ -15,36 +15,20 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-import yaml
 
 from pipelines.training.checkpoint_files import (checkpoint_problem, checkpoint_step,
                                                  training_checkpoints)
 from pipelines.cli import main
-from pipelines.config import load_config
-from pipelines.paths import RunPaths
-from pipelines.training.train import TrainingRun
-from tiny_run import make_tiny_run
+from tiny_run import copy_run
 
 DEV = ("--split", "dev")  # the tiny run has a dev split, no test split
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The directory of a tiny run trained 20 steps (checkpoints 10 and 20) and its config."""
-    root = tmp_path_factory.mktemp("trained")
-    TrainingRun(load_config(make_tiny_run(root))).run()
-    return root
-
-
-def copy_run(trained: Path, destination: Path, **model) -> tuple[Path, RunPaths]:
-    """(config path, paths) of a copy of the trained run; `model` overrides its model section."""
-    shutil.copytree(trained / "run", destination / "run")
-    config = yaml.safe_load((trained / "config.yaml").read_text())
-    config["run_dir"] = str(destination / "run")
-    config["model"].update(model)
-    path = destination / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path, RunPaths(destination / "run")
+@pytest.fixture
+def trained(trained_tiny_run: Path) -> Path:
+    """The directory of a tiny run trained 20 steps (checkpoints 10 and 20) and its config:
+    conftest's, shared with other files, so the tests here change copies only."""
+    return trained_tiny_run
 
 
 def cli_error(capsys: pytest.CaptureFixture, *argv: str | Path) -> str:

@@ -15,15 +15,13 @@ import yaml
 from pipelines.training.checkpoint_files import training_checkpoints
 from pipelines.cli import main
 from pipelines.paths import RunPaths
-from tiny_run import WORDS, make_tiny_run
+from tiny_run import WORDS
 
 
-@pytest.fixture(scope="module")
-def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny run trained 20 steps: its run directory."""
-    directory = tmp_path_factory.mktemp("parent")
-    assert main(["train", str(make_tiny_run(directory))]) == 0
-    return directory / "run"
+@pytest.fixture
+def parent(trained_tiny_run: Path) -> Path:
+    """A tiny run trained 20 steps: its run directory (conftest's, shared: only read here)."""
+    return trained_tiny_run / "run"
 
 
 def child_config(directory: Path, init_from: Path | str | None, *, model: dict | None = None,

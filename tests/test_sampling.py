@@ -6,7 +6,6 @@ import pytest
 import tensorflow as tf
 
 from export.ct2_runtime import CTranslate2Translator
-from export.saved_model import SavedModelTranslator
 from export.translator import Translator
 from export_helpers import SENTENCES
 from keras_transformer.decoding_settings import (DecodingSettings, DecodingSettingsError,
@@ -42,9 +41,9 @@ def test_top_k_top_p_and_temperature_keep_the_tokens_they_should():
         assert raised.value.field == field
 
 
-def test_draws_repeat_for_a_seed_in_any_batch_and_top_k_1_is_greedy(saved_model_dir,
+def test_draws_repeat_for_a_seed_in_any_batch_and_top_k_1_is_greedy(saved_model_translator,
                                                                      export_translator):
-    translator = SavedModelTranslator(saved_model_dir)
+    translator = saved_model_translator
     settings = SamplingSettings(top_k=0, temperature=1.5, seed=11)
     drawn = translator.sampled_lines(LINES, settings, batch_size=4)
     assert translator.sampled_lines(LINES, settings, batch_size=4) == drawn
@@ -78,13 +77,13 @@ def test_ctranslate2_samples_within_top_k(exported, export_translator):
 
 
 def test_translate_samples_from_the_command_line_and_refuses_what_cannot(
-        saved_model_dir, onnx_dir, tmp_path, capsys):
+        saved_model_dir, saved_model_translator, onnx_dir, tmp_path, capsys):
     lines = tmp_path / "lines.txt"
     lines.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     argv = ["translate", str(saved_model_dir), str(lines), "--sampling-temperature", "1.5",
             "--seed", "11", "--batch-size", "4"]
     assert main(argv) == 0
-    expected = SavedModelTranslator(saved_model_dir).sampled_lines(
+    expected = saved_model_translator.sampled_lines(
         LINES, SamplingSettings(temperature=1.5, seed=11))
     assert capsys.readouterr().out.splitlines() == [text for text, _ in expected]
     assert cli_error(capsys, *argv[:3], "--sampling-topp", "0") == \

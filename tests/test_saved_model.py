@@ -15,7 +15,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 import export
 from export.metadata import ExportMetadata, saved_model_metadata
-from export.saved_model import WARMUP_FILE, SavedModelTranslator, export_saved_model
+from export.saved_model import WARMUP_FILE, export_saved_model
 from export.translator import Translator
 from export.versions import latest_version, publish_version, staging_directory, versions
 from export_helpers import SENTENCES
@@ -31,9 +31,14 @@ print(json.dumps([name for name in json.load(sys.stdin) if op_def_registry.get(n
 """
 
 
-def test_reloaded_signatures_equal_keras_level_beam_search(saved_model_dir, export_translator,
+@pytest.fixture(scope="module")
+def loaded(saved_model_dir):
+    """The exported SavedModel as `tf.saved_model.load` gives it (its signatures only called)."""
+    return tf.saved_model.load(str(saved_model_dir))
+
+
+def test_reloaded_signatures_equal_keras_level_beam_search(loaded, export_translator,
                                                            keras_reference):
-    loaded = tf.saved_model.load(str(saved_model_dir))
     assert set(loaded.signatures) == {"serving_default", "translate_ids", "translate_nbest",
                                       "translate_prefix", "translate_sample", "score"}
     ids = loaded.signatures["translate_ids"](
@@ -62,7 +67,7 @@ def test_ops_are_core_tf_or_tf_serving_text_ops(saved_model_dir):
     assert set(not_core) <= allowed, sorted(set(not_core) - allowed)
 
 
-def test_warmup_requests_cover_every_signature(saved_model_dir):
+def test_warmup_requests_cover_every_signature(saved_model_dir, loaded):
     from tensorflow_serving.apis import prediction_log_pb2
 
     records = tf.data.TFRecordDataset(str(saved_model_dir / "assets.extra" / WARMUP_FILE))
@@ -72,14 +77,13 @@ def test_warmup_requests_cover_every_signature(saved_model_dir):
         ["serving_default", "translate_nbest"] * 2 + ["translate_prefix"] * 2 + \
         ["score"] * 2 + ["translate_sample"] * 2 + ["translate_ids"] * 2
     assert all(r.model_spec.name == "tiny" for r in requests)
-    loaded = tf.saved_model.load(str(saved_model_dir))
     for request in requests:  # each runs against its signature
         inputs = {name: tf.make_ndarray(tensor) for name, tensor in request.inputs.items()}
         loaded.signatures[request.model_spec.signature_name](**inputs)
 
 
-def test_metadata_and_a_rebuild_with_another_beam(saved_model_dir, export_translator,
-                                                   tmp_path):
+def test_metadata_and_a_rebuild_with_another_beam(saved_model_dir, saved_model_translator,
+                                                   export_translator, tmp_path):
     metadata = saved_model_metadata(saved_model_dir)
     assert metadata.settings == DecodingSettings(beam_size=4, max_source_length=40, stop="full")
     assert metadata.model == export_translator.model.model_config
@@ -87,7 +91,7 @@ def test_metadata_and_a_rebuild_with_another_beam(saved_model_dir, export_transl
     del older["stop"]  # an export made before the stop rule was recorded
     (tmp_path / "translator.json").write_text(json.dumps(older))
     assert ExportMetadata.read(tmp_path / "translator.json").settings.stop == "bound"
-    greedy = SavedModelTranslator(saved_model_dir).rebuild(beam_size=1)
+    greedy = saved_model_translator.rebuild(beam_size=1)
     assert greedy.settings == DecodingSettings(beam_size=1, max_source_length=40)
     expected = Translator(export_translator.model, export_translator.spm_model_proto,
                           DecodingSettings(beam_size=1, max_source_length=40))

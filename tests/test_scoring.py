@@ -7,7 +7,6 @@ import tensorflow as tf
 
 from export.ct2_runtime import CTranslate2Translator
 from export.onnx_runtime import OnnxTranslator
-from export.saved_model import SavedModelTranslator
 from export.serving.client import predict_request
 from export_helpers import EOS_ID, PAD_ID, SENTENCES, output_lengths
 from keras_transformer.scoring import score_targets
@@ -49,10 +48,10 @@ def test_a_target_longer_than_the_model_accepts_fails_uncut(export_translator):
 
 
 def test_the_signature_the_server_onnx_and_ctranslate2_give_the_same_scores(
-        saved_model_dir, exported, export_translator):
+        saved_model_dir, saved_model_translator, exported, export_translator):
     pairs = list(zip(SENTENCES[:len(TARGETS)], TARGETS))
     expected = export_translator.score_pairs(pairs)
-    for scorer in (SavedModelTranslator(saved_model_dir), OnnxTranslator(exported.onnx),
+    for scorer in (saved_model_translator, OnnxTranslator(exported.onnx),
                    CTranslate2Translator(exported.ctranslate2)):
         scores = scorer.score_pairs(pairs, batch_size=2)
         assert [s.token_ids for s in scores] == [s.token_ids for s in expected]
@@ -116,13 +115,13 @@ def test_bad_pairs_are_named_before_anything_is_written(saved_model_dir, tmp_pat
         f"keras-transformer score: 1 line of invalid UTF-8, each bad byte read as U+FFFD: {tsv}:2"
 
 
-def test_translate_scores_and_tokens_agree_with_scoring(saved_model_dir, exported, tmp_path,
-                                                        capsys):
+def test_translate_scores_and_tokens_agree_with_scoring(saved_model_dir, saved_model_translator,
+                                                        exported, tmp_path, capsys):
     lines = tmp_path / "lines.txt"
     lines.write_text("\n".join(SENTENCES[:4]) + "\n", encoding="utf-8")
     assert main(["translate", str(saved_model_dir), str(lines), "--tokens"]) == 0
     rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
-    expected = SavedModelTranslator(saved_model_dir).translate(SENTENCES[:4])
+    expected = saved_model_translator.translate(SENTENCES[:4])
     assert [row[1] for row in rows] == expected["translation"]
     np.testing.assert_allclose([float(row[0]) for row in rows], expected["score"], atol=1e-4)
     for row in rows:  # the pieces' log-probabilities add up to the score's log-probability

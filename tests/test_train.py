@@ -23,7 +23,7 @@ from pipelines.config import ConfigError, load_config
 from pipelines.paths import RunPaths
 from pipelines.sections import ModelSection
 from pipelines.training.train import TrainingDiverged, TrainingRun
-from tiny_run import dataset_fn, make_tiny_run, subprocess_env, synthetic_halves
+from tiny_run import copy_run, dataset_fn, make_tiny_run, subprocess_env, synthetic_halves
 
 CLI = "import sys; from pipelines.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -100,20 +100,30 @@ def test_a_tiny_xla_run_compiles_once_per_bucket_and_says_so(tmp_path: Path, cap
     assert logged[-1].endswith(f"(shape {len(shapes)} of at most {len(bucket_boundaries(40))})")
 
 
-def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(tmp_path: Path) -> None:
-    config = load_config(make_tiny_run(tmp_path, train={"steps": 6, "checkpoint_every_steps": 3}))
-    first = TrainingRun(config)
+@pytest.fixture(scope="module")
+def six_steps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, typing.Any]:
+    """A tiny run trained 6 steps (checkpoints 3 and 6) that tests resume copies of:
+    {"directory": of make_tiny_run, and what training held at its end: "optimizer" and
+    "weights" (arrays), "learning_rate"}."""
+    directory = tmp_path_factory.mktemp("six_steps")
+    first = TrainingRun(load_config(make_tiny_run(directory, train={
+        "steps": 6, "checkpoint_every_steps": 3})))
     first.run()
-    state = [v.numpy() for v in first.trainer.optimizer.variables]
-    weights = [v.numpy() for v in first.trainer.model.variables]
+    return {"directory": directory, "learning_rate": first.trainer.learning_rate(),
+            "optimizer": [v.numpy() for v in first.trainer.optimizer.variables],
+            "weights": [v.numpy() for v in first.trainer.model.variables]}
 
+
+def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(
+        six_steps: dict[str, typing.Any], tmp_path: Path) -> None:
+    config = load_config(copy_run(six_steps["directory"], tmp_path)[0])
     second = TrainingRun(dataclasses.replace(
         config, train=dataclasses.replace(config.train, steps=12)))
     assert second.start_step == 6 and second.trainer.step == 6
-    assert second.trainer.learning_rate() == first.trainer.learning_rate()
-    for saved, restored in zip(state, second.trainer.optimizer.variables):
+    assert second.trainer.learning_rate() == six_steps["learning_rate"]
+    for saved, restored in zip(six_steps["optimizer"], second.trainer.optimizer.variables):
         np.testing.assert_array_equal(saved, restored.numpy())
-    for saved, restored in zip(weights, second.trainer.model.variables):
+    for saved, restored in zip(six_steps["weights"], second.trainer.model.variables):
         np.testing.assert_array_equal(saved, restored.numpy())
 
     embeddings = second.trainer.model.trainable_variables[0]
@@ -124,12 +134,11 @@ def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(tmp_path: Pat
 
 
 def test_a_broken_checkpoint_index_resumes_from_the_newest_complete_checkpoint(
-        tmp_path: Path) -> None:
+        six_steps: dict[str, typing.Any], tmp_path: Path) -> None:
     """Never train again from step 0 over good checkpoints: an unreadable index, a listed
     checkpoint whose files are gone, or nothing complete (a clear error)."""
-    config = load_config(make_tiny_run(tmp_path, train={"steps": 6, "checkpoint_every_steps": 3}))
-    TrainingRun(config).run()
-    paths = RunPaths(config.run_path)
+    config_path, paths = copy_run(six_steps["directory"], tmp_path)
+    config = load_config(config_path)
 
     def steps(run_steps: int) -> tuple[int, list[int]]:
         resumed = TrainingRun(dataclasses.replace(
@@ -149,13 +158,13 @@ def test_a_broken_checkpoint_index_resumes_from_the_newest_complete_checkpoint(
     assert list(paths.checkpoints.glob("ckpt-*.data-*"))  # nothing was deleted
 
 
-def test_checkpoints_of_another_vocabulary_are_refused(tmp_path: Path) -> None:
+def test_checkpoints_of_another_vocabulary_are_refused(six_steps: dict[str, typing.Any],
+                                                       tmp_path: Path) -> None:
     from keras_transformer.tokenizer import train_sentencepiece
     from pipelines.models import load_model_for_inference
 
-    config = load_config(make_tiny_run(tmp_path, train={"steps": 3, "checkpoint_every_steps": 3}))
-    TrainingRun(config).run()
-    paths = RunPaths(config.run_path)
+    config_path, paths = copy_run(six_steps["directory"], tmp_path)
+    config = load_config(config_path)
     [(train_src, train_tgt)] = paths.train_shards()
     paths.spm_model.write_bytes(train_sentencepiece([train_src, train_tgt], vocab_size=380))
     for stage in (lambda: TrainingRun(config), lambda: load_model_for_inference(config)):

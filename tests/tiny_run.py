@@ -1,17 +1,21 @@
 """Test helpers for the trainer: a tiny prepared run (synthetic corpus, its own small
 SentencePiece model, a config with the `tiny` preset) and synthetic batches of varied shapes.
 
-Shared by tests/test_train.py, tests/test_average.py and the subprocess scripts beside them.
+Shared by tests/test_train.py, tests/test_faults.py, tests/test_average.py and the subprocess
+scripts beside them.
 """
 from __future__ import annotations
 
 import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+
+from pipelines.paths import RunPaths
 
 WORDS = ("sun moon star tree river stone bird fish cloud rain wind fire snow leaf root seed "
          "hill lake road door").split()
@@ -55,6 +59,18 @@ def make_tiny_run(directory: Path, *, model: dict[str, Any] | None = None,
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def copy_run(source: Path, destination: Path, **model: Any) -> tuple[Path, RunPaths]:
+    """(config path, paths) of a copy of the run of `make_tiny_run(source)` made in
+    `destination`; `model` overrides its model section."""
+    shutil.copytree(source / "run", destination / "run")
+    config = yaml.safe_load((source / "config.yaml").read_text())
+    config["run_dir"] = str(destination / "run")
+    config["model"].update(model)
+    path = destination / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, RunPaths(destination / "run")
 
 
 def synthetic_halves(steps: int, vocab_size: int, seed: int = 0) -> list[dict[str, np.ndarray]]:

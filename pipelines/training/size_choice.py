@@ -80,8 +80,11 @@ def probe_sizes(config: PipelineConfig, vocab_size: int, strategy: tf.distribute
     dataset = strategy.distribute_datasets_from_function(
         dataset_fn or train_dataset_fn(config, seed=config.data.seed))
     iterator = iter(dataset)
+    # Batches of several length buckets; under XLA one batch, whose shape the untimed update
+    # compiles (another shape would time a compilation).
+    batches = 1 if config.train.jit_compile else PROBE_UPDATES + 1
     updates = [tuple(next(iterator) for _ in range(config.train.accumulate_steps))
-               for _ in range(PROBE_UPDATES + 1)]  # batches of several length buckets
+               for _ in range(batches)] * (PROBE_UPDATES + 1)
 
     def probe(size: str) -> tuple[float, float, int]:
         trainer = Trainer(dataclasses.replace(config, model=config.model.sized(size)),

@@ -57,7 +57,10 @@ def test_bleu_ranks_higher_first_and_a_resumed_run_keeps_the_history(
     paths = RunPaths(tmp_path)
     replay(paths, model, [10.0, 12.0, 11.0], metric="dev_bleu", patience=3)
     assert json.loads(paths.best_record.read_text())["kept"] == [2, 3]
-    # Resumed from step 2's checkpoint: step 3 is validated again, with another value.
+    # Resumed from step 2's checkpoint: step 3 is validated again, with another value (kept
+    # once, whatever the number kept).
+    assert BestCheckpoints(paths, 3, EarlyStopping(metric="dev_bleu")).add(3, 11.0, model) is None
+    assert json.loads(paths.best_record.read_text())["kept"] == [2, 3]
     best = BestCheckpoints(paths, 2, EarlyStopping(metric="dev_bleu", patience=2))
     assert best.add(3, 9.0, model) is None
     assert best.add(4, 11.5, model) == ("early stopping: dev bleu has not improved on 12.0000 "

@@ -80,7 +80,7 @@ class BestCheckpoints:
         history = [entry for entry in self.record.history if entry[0] < step]  # a rerun step
         self.record.history = history + [[step, value]]
         values = dict((int(s), v) for s, v in self.record.history)
-        ranked = sorted([s for s in self.record.kept if s in values] + [step],
+        ranked = sorted([s for s in self.record.kept if s in values and s != step] + [step],
                         key=lambda s: values[s], reverse=not self.lower_is_better)
         kept = ranked[:self.keep]
         if step in kept:

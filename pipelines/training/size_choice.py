@@ -29,10 +29,10 @@ from pipelines.training.train_data import DatasetFn, train_dataset_fn
 from pipelines.training.trainer import Trainer
 
 # Between the grid's crossovers (README, "Model size for the budget"): on the demo corpus the
-# small preset (3x256) scores 0.01 BLEU at 0.07 target tokens per parameter (300 updates) and
-# 2.3 at 0.24, where 2x128 trained for the same time scores 7.9; at 0.53 (2,186 updates) 3x256
-# scores 8.2 and at 0.98 (4,000) 20.3.
-TOKENS_PER_PARAMETER = 0.4
+# small preset (3x256) scores 2.3 BLEU at 0.24 target tokens per parameter where 2x128,
+# trained for the same time, scores 7.9 at 0.95; 3x256 scores 9.5 at 0.53 where 3x192 scores
+# 16.8 at 1.19 in the same time; 3x256 scores 20.3 at 0.98 (a Zen 5's 4,000 updates).
+TOKENS_PER_PARAMETER = 0.7
 PROBE_UPDATES = 3
 # (size) -> (seconds of the probed updates, target tokens they trained, parameters)
 ProbeFn = Callable[[str], tuple[float, float, int]]

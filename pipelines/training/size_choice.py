@@ -82,15 +82,15 @@ def probe_sizes(config: PipelineConfig, vocab_size: int, strategy: tf.distribute
     iterator = iter(dataset)
     # Batches of several length buckets; under XLA one batch, whose shape the untimed update
     # compiles (another shape would time a compilation).
-    batches = 1 if config.train.jit_compile else PROBE_UPDATES + 1
     updates = [tuple(next(iterator) for _ in range(config.train.accumulate_steps))
-               for _ in range(batches)] * (PROBE_UPDATES + 1)
+               for _ in range(1 if config.train.jit_compile else PROBE_UPDATES + 1)]
 
     def probe(size: str) -> tuple[float, float, int]:
         trainer = Trainer(dataclasses.replace(config, model=config.model.sized(size)),
                           vocab_size, strategy)
         trainer.compile(dataset.element_spec)
-        seconds, tokens = timed_updates(lambda k: float(trainer.train_step(updates[k])[1]))
+        seconds, tokens = timed_updates(
+            lambda k: float(trainer.train_step(updates[k % len(updates)])[1]))
         return chief_value(strategy, seconds), tokens, trainer.model.count_params()
 
     choice = choose_size(probe, lambda: PLANNED_SHARE * chief_value(strategy,

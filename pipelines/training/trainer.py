@@ -126,9 +126,11 @@ class Trainer:
         finite = _all_finite(context, grads)
         if self.loss_scaling:
             grads = _agree_on_overflow(grads, finite)
-        applied_before = tf.identity(self.optimizer.iterations)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        if self.weight_average is not None:
+        if self.weight_average is None:
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        else:
+            applied_before = tf.identity(self.optimizer.iterations)
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
             self.weight_average.update(self.model.trainable_variables, applied_before, finite)
         loss = context.all_reduce(tf.distribute.ReduceOp.SUM, loss_sum) / global_tokens
         return loss, global_tokens, finite

@@ -1,6 +1,8 @@
 """Word alignments from the alignment layer's cross-attention: the graph's rules and Python's
 (CTranslate2's path) agree, the SavedModel's `align` signature and CTranslate2's
 `return_attention` give the same pairs, and `translate --alignments` / `--markup` print them."""
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -58,11 +60,11 @@ def test_the_graph_follows_the_python_rules_on_the_models_attention(export_trans
     target = source_ids(export_translator.spm_model_proto, translations)  # pieces, EOS, PAD
     target = np.where(target == EOS_ID, PAD_ID, target)
     attention = alignment.target_attention(export_translator.model, source, target).numpy()
-    for line, text, row, sources, targets in zip(SENTENCES, translations, attention, source,
-                                                 target):
+    for line, text, row, sources, targets, expected in zip(SENTENCES, translations, attention,
+                                                           source, target, served):
         pairs = align_words(row, [processor_pieces[i] for i in sources if i > EOS_ID],
                             [processor_pieces[i] for i in targets if i > EOS_ID])
-        assert served[len(pairs) and SENTENCES.index(line)].decode() == format_alignment(pairs)
+        assert expected.decode() == format_alignment(pairs)
         assert [target for _, target in pairs] == list(range(len(text.split())))
         assert all(source < len(line.split()) for source, _ in pairs)
 
@@ -95,8 +97,8 @@ def test_translate_prints_alignments_and_carries_markup(saved_model_dir, ct2_mod
     assert [pairs for _, pairs in rows] == [p for _, p in saved_model_translator.aligned_lines(
         plain)]
     for line, (marked, _) in zip(MARKUP, rows):
-        tags = sorted(tag for tag in __import__("re").findall(r"<[^<]*?>", line))
-        assert sorted(__import__("re").findall(r"<[^<]*?>", marked)) == tags  # once each
+        assert sorted(re.findall(r"<[^<]*?>", marked)) == sorted(re.findall(r"<[^<]*?>",
+                                                                              line))  # once each
         parse_markup(marked)  # well-formed
     assert rows[-1] == ["", ""]
 

@@ -63,20 +63,22 @@ def word_alignment(attention: tf.Tensor, source_ids: tf.Tensor, target_ids: tf.T
                    starts_word: tf.Tensor) -> tf.Tensor:
     """int32 [batch, target words]: for each target word, the source word with the highest
     attention summed over both words' pieces; -1 past a row's last word and in a row whose
-    source has no word. attention: float32 [batch, target, source] (`target_attention`)."""
-    source_words = piece_words(source_ids, starts_word)  # [batch, source]
-    target_words = piece_words(target_ids, starts_word)  # [batch, target]: attention's rows
-    # At least one source column, for argmax where no source has a word (an empty batch's
-    # maximum is the smallest int32).
-    source_onehot = tf.one_hot(source_words, tf.maximum(tf.reduce_max(source_words) + 1, 1))
-    target_onehot = tf.one_hot(target_words, tf.maximum(tf.reduce_max(target_words) + 1, 0))
-    summed = tf.matmul(target_onehot, tf.matmul(attention, source_onehot),
-                       transpose_a=True)  # [batch, target words, source words]
-    best = tf.argmax(summed, axis=2, output_type=tf.int32)  # [batch, target words]
-    words = tf.range(tf.shape(best)[1])[None]  # [1, target words]
-    real = ((words <= tf.reduce_max(target_words, axis=1, keepdims=True))
-            & (tf.reduce_max(source_words, axis=1, keepdims=True) >= 0))
-    return tf.where(real, best, -1)
+    source has no word. attention: float32 [batch, target, source] (`target_attention`).
+    The sums are float32 whatever the model's dtype, under the name scope `word_alignment`."""
+    with tf.name_scope("word_alignment"):
+        source_words = piece_words(source_ids, starts_word)  # [batch, source]
+        target_words = piece_words(target_ids, starts_word)  # [batch, target]: attention's rows
+        # At least one source column, for argmax where no source has a word (an empty batch's
+        # maximum is the smallest int32).
+        source_onehot = tf.one_hot(source_words, tf.maximum(tf.reduce_max(source_words) + 1, 1))
+        target_onehot = tf.one_hot(target_words, tf.maximum(tf.reduce_max(target_words) + 1, 0))
+        summed = tf.matmul(target_onehot, tf.matmul(attention, source_onehot),
+                           transpose_a=True)  # [batch, target words, source words]
+        best = tf.argmax(summed, axis=2, output_type=tf.int32)  # [batch, target words]
+        words = tf.range(tf.shape(best)[1])[None]  # [1, target words]
+        real = ((words <= tf.reduce_max(target_words, axis=1, keepdims=True))
+                & (tf.reduce_max(source_words, axis=1, keepdims=True) >= 0))
+        return tf.where(real, best, -1)
 
 
 def align_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tensor,

@@ -24,6 +24,7 @@ from export.lines import (decode_line, normalize_spaces, scored_in_batches,
                           translate_in_batches)
 from export.metadata import METADATA_FILE, SPM_FILE, ExportMetadata
 from export.scores import Pair, PairScore, gnmt_score, score_in_batches
+from export.word_alignment import align_words, format_alignment
 from keras_transformer.decoding_settings import SamplingSettings, max_target_pieces
 
 QUANTIZATIONS = ("float32", "int8")  # the models an export writes, one directory each
@@ -68,19 +69,40 @@ class CTranslate2Translator:
         """Source pieces (EOS not included) -> the best translation's pieces (EOS not
         included), beam search with the exported settings (or `translate_batch` `options`);
         no pieces -> none."""
+        return [result.hypotheses[0] if result else []
+                for result in self._translate_batch(sources, **options)]
+
+    def _translate_batch(self, sources: list[list[str]], **options: Any
+                         ) -> list[ctranslate2.TranslationResult | None]:
+        """`translate_batch` of the sources that have pieces (None for the others), with the
+        exported beam size, alpha and output limit unless `options` say otherwise."""
         real = [i for i, pieces in enumerate(sources) if pieces]
-        translations: list[list[str]] = [[] for _ in sources]
+        results: list[ctranslate2.TranslationResult | None] = [None] * len(sources)
         if not real:
-            return translations
+            return results
         longest = max(len(sources[i]) + 1 for i in real)  # EOS included
         settings = self.metadata.settings
         options = {"beam_size": settings.beam_size, "length_penalty": settings.alpha, **options}
-        results = self.translator.translate_batch(
+        batch = self.translator.translate_batch(
             [sources[i] for i in real], max_input_length=0, **options,
             max_decoding_length=settings.output_limit(longest, self.metadata.model.max_length))
-        for i, result in zip(real, results):
-            translations[i] = result.hypotheses[0]
-        return translations
+        for i, result in zip(real, batch):
+            results[i] = result
+        return results
+
+    def aligned_lines(self, lines: Sequence[str | bytes], batch_size: int = 32
+                      ) -> list[tuple[str, str]]:
+        """(translation, `I-J ...` word alignment) of each line, in order: the attention of
+        the export's alignment layer (`return_attention`) merged to words as the SavedModel's
+        `align` merges it; a line without pieces: ("", "")."""
+        def translate(batch: list[str | bytes]) -> list[tuple[str, str]]:
+            sources = self._source_pieces(batch)
+            return [(self._detokenize(result.hypotheses[0]), format_alignment(align_words(
+                result.attention[0], source, result.hypotheses[0]))) if result else ("", "")
+                for source, result in zip(sources, self._translate_batch(
+                    sources, return_attention=True))]
+
+        return translate_in_batches(translate, lines, batch_size)
 
     def scored_lines(self, lines: Sequence[str | bytes], batch_size: int = 32
                      ) -> list[tuple[str, float]]:

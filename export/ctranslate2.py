@@ -12,7 +12,9 @@ learned positions) written out for `max_length` positions, and the model's layer
 Decoding differs only where CTranslate2 has no equivalent: its length penalty divides by
 length ** alpha where ours divides by ((5 + length) / 6) ** alpha, and its output limit is one
 per batch (the longest source + extra_length) where ours is per sentence
-(README.md: CTranslate2).
+(README.md: CTranslate2). The spec declares the decoder layer whose cross-attention, averaged
+over its heads, gives word alignments (`keras_transformer.alignment`), so that
+`translate_batch(return_attention=True)` returns the attention the SavedModel's `align` reads.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from export import ExportError
 from export.ct2_runtime import QUANTIZATIONS
 from export.metadata import METADATA_FILE, SPM_FILE
 from export.translator import Translator
+from keras_transformer.alignment import alignment_layer
 from keras_transformer.layers.positional_encoding import sinusoidal_table
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import vocabulary
@@ -50,7 +53,8 @@ class TransformerConverter(Converter):
                               f"{c.head_key_dim}, value_dim {c.head_value_dim}")
         spec = transformer_spec.TransformerSpec.from_config(
             (c.num_encoder_layers, c.num_decoder_layers), c.num_heads, pre_norm=c.norm_first,
-            activation=common_spec.Activation.RELU)
+            activation=common_spec.Activation.RELU, alignment_layer=alignment_layer(c),
+            alignment_heads=0)  # 0: the layer's heads averaged, as the SavedModel's `align`
         spec.config.layer_norm_epsilon = c.layer_norm_epsilon
         spec.config.add_source_eos = True  # sources are pieces, then EOS
         spec.register_source_vocabulary(self.pieces)

@@ -8,8 +8,9 @@ Signatures (`export.translator`): `serving_default` (text -> translation, score)
 `translate_ids` (source_ids -> target_ids, score), `translate_nbest` (text -> the final
 beam's translations and scores, best first), `translate_prefix` (text, prefix ->
 translation, score: each translation begins with its prefix), `translate_sample` (text and
-sampling parameters per line -> a random translation, score) and `score` (text, target -> the
-given translation's score, log-probability and per-piece log-probabilities). The graphs use
+sampling parameters per line -> a random translation, score), `score` (text, target -> the
+given translation's score, log-probability and per-piece log-probabilities) and `align` (text,
+target -> the given translation's word alignment, `I-J ...`). The graphs use
 core TF ops and TF Text ops of TF Serving's set (serving/tf_serving_text_ops.txt); the
 SentencePiece model is inside them.
 
@@ -33,8 +34,9 @@ from export.metadata import METADATA_FILE, SAVED_MODEL_EXTRA, SPM_FILE, saved_mo
 from export.serving.client import predict_request
 from export.text import encode_text
 from export.scores import Pair, PairScore, score_in_batches
-from export.translator import (Translator, nbest_pairs, prefixed_in_batches, scored_batch,
-                               translated_text)
+from export.signature_outputs import (aligned_in_batches, nbest_pairs, prefixed_in_batches,
+                                     scored_batch, translated_text)
+from export.translator import Translator
 from export.versions import publish_version, staging_directory
 from keras_transformer.decoding_settings import SamplingSettings
 from keras_transformer.model import Transformer
@@ -64,7 +66,8 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
             "translate_nbest": translator.translate_nbest.get_concrete_function(),
             "translate_prefix": translator.translate_prefix.get_concrete_function(),
             "translate_sample": translator.translate_sample.get_concrete_function(),
-            "score": translator.score.get_concrete_function()})
+            "score": translator.score.get_concrete_function(),
+            "align": translator.align.get_concrete_function()})
         extra = temporary / "assets.extra"
         extra.mkdir()
         write_warmup(extra / WARMUP_FILE, translator, warmup_text, model_name)
@@ -85,8 +88,8 @@ def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
                 for batch in batches for signature in ("serving_default", "translate_nbest")]
     requests += [predict_request(model_name, {"text": batch, "prefix": np.full_like(batch, "")},
                                  "translate_prefix") for batch in batches]
-    requests += [predict_request(model_name, {"text": batch, "target": batch}, "score")
-                 for batch in batches]
+    requests += [predict_request(model_name, {"text": batch, "target": batch}, signature)
+                 for batch in batches for signature in ("score", "align")]
     requests += [predict_request(model_name, {
         "text": batch, "top_k": np.zeros(len(batch), np.int32),
         "top_p": np.ones(len(batch), np.float32), "temperature": np.ones(len(batch), np.float32),
@@ -167,6 +170,13 @@ class SavedModelTranslator:
         signature = self._signature("score")
         return score_in_batches(lambda batch: scored_batch(signature, batch), pairs,
                                 batch_size)
+
+    def aligned_lines(self, lines: Sequence[str], batch_size: int = 32
+                      ) -> list[tuple[str, str]]:
+        """(translation, `I-J ...` word alignment) of each line, in order: the translation of
+        `serving_default` sent back with its line to the `align` signature."""
+        return aligned_in_batches(self._signature("align"), self.translate_lines(
+            lines, batch_size), lines, batch_size)
 
     def _signature(self, name: str):
         if name not in self.loaded.signatures:

@@ -1,4 +1,4 @@
-"""The Translator: beam search over a Transformer as a tf.Module with four graph functions,
+"""The Translator: beam search over a Transformer as a tf.Module with graph functions,
 the serving signatures of the SavedModel (the first two are the sources of the ONNX models).
 
     translate(text string [batch]) -> {"translation": string [batch], "score": float32 [batch]}
@@ -16,6 +16,8 @@ the serving signatures of the SavedModel (the first two are the sources of the O
         "token_log_probs": float32 [batch, time]}: each given translation scored
         (`keras_transformer.scoring`); target_ids are its pieces then EOS, then PAD, and
         token_log_probs theirs (0 at PAD)
+    align(text string [batch], target string [batch]) -> {"alignment": string [batch]}: each
+        given translation's word alignment `I-J ...` (`keras_transformer.alignment`)
 
 `source_ids` are a source as training saw it: pieces, EOS, then PAD; `target_ids` are the best
 hypothesis without BOS, EOS included where it ended with one, PAD after. The score is its
@@ -53,18 +55,22 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import tensorflow as tf
 
 from export.lines import scored_in_batches, translate_in_batches
 from export.text import encode_text
 from export.metadata import ExportMetadata
-from export.scores import Pair, PairScore, score_in_batches, signature_scores
+from export.scores import Pair, PairScore, score_in_batches
+from export.signature_outputs import (aligned_in_batches, nbest_pairs, prefixed_in_batches,
+                                     scored_batch, translated_text)
+from export.word_alignment import starts_word
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
+from keras_transformer.alignment import align_targets
 from keras_transformer.scoring import score_targets
-from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, vocabulary
 from keras_transformer.sampling import Sampling
 from keras_transformer.translate import decode_hypotheses, sample_sources
 
@@ -187,13 +193,18 @@ class Translator(tf.Module):
         """UTF-8 lines [batch] and their translations [batch] -> the translations' scores
         (as `translate` scores its own), log-probabilities and pieces. A target of more
         pieces than the model accepts fails the request (InvalidArgumentError), uncut."""
-        target = tf.ensure_shape(target, TARGET_SPEC.shape)  # TF Serving does not check
-        same_batch = tf.debugging.assert_equal(
-            tf.shape(text), tf.shape(target), message="text and target need the same batch size")
-        with tf.control_dependencies([same_batch]):
-            source_ids = self.encode(text)
-        target_ids = Tokenizer(self.spm_model_proto).tokenize(target).to_tensor(PAD_ID)
-        return self._scores(source_ids, target_ids)
+        return self._scores(*self.encode_pairs(text, target))
+
+    @tf.function(input_signature=[TEXT_SPEC, TARGET_SPEC])
+    def align(self, text: tf.Tensor, target: tf.Tensor) -> dict[str, tf.Tensor]:
+        """UTF-8 lines [batch] and their translations [batch] -> {"alignment": string [batch]}:
+        `I-J ...`, source word I aligned to target word J, a pair per target word in order
+        (`keras_transformer.alignment`; "" where either side has no word). A target of more
+        pieces than the model accepts fails the request (InvalidArgumentError)."""
+        starts = tf.constant([starts_word(piece) for piece, _ in
+                              vocabulary(self.spm_model_proto)])  # bool [vocab]
+        return {"alignment": align_targets(self.model, *self.encode_pairs(text, target),
+                                           starts)}
 
     @tf.function(input_signature=[IDS_SPEC, TARGET_IDS_SPEC])
     def score_ids(self, source_ids: tf.Tensor, target_pieces: tf.Tensor
@@ -211,6 +222,16 @@ class Translator(tf.Module):
                                                    [[0, 0], [0, 1]]))
         return {"score": scores.score, "log_prob": scores.log_prob, "target_ids": target_ids,
                 "token_log_probs": scores.token_log_probs}
+
+    def encode_pairs(self, text: tf.Tensor, target: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Graph code: lines [batch] and their translations [batch] -> (source ids [batch,
+        time], target pieces [batch, time] then PAD); a batch size that differs fails."""
+        target = tf.ensure_shape(target, TARGET_SPEC.shape)  # TF Serving does not check
+        same_batch = tf.debugging.assert_equal(
+            tf.shape(text), tf.shape(target), message="text and target need the same batch size")
+        with tf.control_dependencies([same_batch]):
+            source_ids = self.encode(text)
+        return source_ids, Tokenizer(self.spm_model_proto).tokenize(target).to_tensor(PAD_ID)
 
     def encode(self, text: tf.Tensor) -> tf.Tensor:
         """Graph code: UTF-8 lines [batch] -> source ids [batch, time]; a `text` that is not a
@@ -250,6 +271,12 @@ class Translator(tf.Module):
         return score_in_batches(lambda batch: scored_batch(self.score, batch), pairs,
                                 batch_size)
 
+    def aligned_lines(self, lines: Sequence[str], batch_size: int = 32
+                      ) -> list[tuple[str, str]]:
+        """(translation, `I-J ...` word alignment) of each line, in order."""
+        return aligned_in_batches(self.align, self.translate_lines(lines, batch_size),
+                                  lines, batch_size)
+
     def nbest_lines(self, lines: Sequence[str], batch_size: int = 32
                     ) -> list[list[tuple[str, float]]]:
         """The final beam of each line, best first: (translation, score) pairs."""
@@ -257,36 +284,3 @@ class Translator(tf.Module):
             lambda batch: nbest_pairs(self.translate_nbest(tf.constant(batch, tf.string))),
             lines, batch_size)
 
-
-def translated_text(output: dict[str, tf.Tensor]) -> dict[str, Any]:
-    """A translate function's output -> {"translation": list[str], "score": float32 [batch]}."""
-    return {"translation": [text.decode("utf-8") for text in output["translation"].numpy()],
-            "score": output["score"].numpy()}
-
-
-def nbest_pairs(output: dict[str, tf.Tensor]) -> list[list[tuple[str, float]]]:
-    """`translate_nbest`'s output -> per line, (translation, score) pairs, best first."""
-    return [[(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores)]
-            for texts, scores in zip(output["translations"].numpy(), output["scores"].numpy())]
-
-
-def scored_batch(score: Callable[..., dict[str, tf.Tensor]], batch: list[Pair]
-                 ) -> list[PairScore]:
-    """`score(text=, target=)` (the function or its signature) of one batch of pairs."""
-    texts, targets = zip(*batch)
-    output = score(text=tf.constant(texts), target=tf.constant(targets))
-    return signature_scores({key: value.numpy() for key, value in output.items()})
-
-
-def prefixed_in_batches(translate_prefix: Callable[..., dict[str, tf.Tensor]],
-                        lines: Sequence[str], prefixes: Sequence[str],
-                        batch_size: int) -> list[str]:
-    """`translate_prefix(text=, prefix=)` (the function or its signature) over `lines` and
-    their `prefixes`, in batches of similar lines; the translations in order."""
-    def translate_batch(batch: list[tuple[str, str]]) -> list[str]:
-        texts, prefix = zip(*batch)
-        output = translate_prefix(text=tf.constant(texts), prefix=tf.constant(prefix))
-        return [text.decode("utf-8") for text in output["translation"].numpy()]
-
-    return translate_in_batches(translate_batch, list(zip(lines, prefixes)), batch_size,
-                                length=lambda pair: len(pair[0]))

@@ -33,6 +33,18 @@ class TargetScores(NamedTuple):
     length: tf.Tensor           # int32 [batch]: the pieces scored, EOS included
 
 
+def target_lengths(target_ids: tf.Tensor, max_length: int) -> tf.Tensor:
+    """int32 [batch]: the pieces of each row of `target_ids` (pieces, then PAD) and its EOS,
+    checked in the graph to fit a model of `max_length` positions (InvalidArgumentError)."""
+    length = tf.reduce_sum(tf.cast(target_ids != PAD_ID, tf.int32), axis=1) + 1
+    longest = max_target_pieces(max_length)
+    fits = tf.debugging.assert_less_equal(
+        length - 1, longest, message=f"a target longer than the model accepts ({longest} "
+        f"pieces, then EOS); the first value is the longest target's length + 1")
+    with tf.control_dependencies([fits]):
+        return tf.identity(length)
+
+
 def score_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tensor,
                   settings: DecodingSettings = DecodingSettings()) -> TargetScores:
     """The log-probability of each target given its source, piece by piece; eager or graph.
@@ -46,13 +58,8 @@ def score_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tens
     max_length = model.model_config.max_length
     source_ids = tf.cast(source_ids, tf.int32)[:, :settings.source_limit(max_length)]
     target_ids = tf.cast(target_ids, tf.int32)
-    length = tf.reduce_sum(tf.cast(target_ids != PAD_ID, tf.int32), axis=1) + 1  # [batch]
-    longest = max_target_pieces(max_length)
-    fits = tf.debugging.assert_less_equal(
-        length - 1, longest, message=f"a target longer than the model accepts ({longest} "
-        f"pieces, then EOS); the first value is the longest target's length + 1")
-    with tf.control_dependencies([fits]):
-        labels = tf.pad(target_ids, [[0, 0], [0, 1]])  # [batch, time + 1]
+    length = target_lengths(target_ids, max_length)  # [batch]
+    labels = tf.pad(target_ids, [[0, 0], [0, 1]])  # [batch, time + 1]
     positions = tf.range(tf.shape(labels)[1])[None]  # [1, time + 1]
     labels = tf.where(positions == length[:, None] - 1, EOS_ID, labels)
     batch = tf.shape(labels)[0]

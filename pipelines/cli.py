@@ -90,6 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     translate.add_argument("--prefix-file", metavar="FILE",
                            help="a target prefix per input line (empty: none) that each "
                            "translation must begin with (SavedModel only)")
+    translate.add_argument("--alignments", action="store_true",
+                           help="print `TRANSLATION ||| I-J ...`: source word I aligned to "
+                           "target word J (SavedModel and CTranslate2)")
+    translate.add_argument("--markup", action="store_true",
+                           help="lines with inline tags (<b>..</b>, <x id=\"1\"/>): translate "
+                           "the text, put each tag back around the aligned words")
     translate.add_argument("--output", metavar="FILE",
                            help="write to FILE instead of stdout; a FILE that an interrupted "
                            "job left is continued after the lines it holds whole")

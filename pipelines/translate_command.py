@@ -1,6 +1,7 @@
 """`keras-transformer translate`: lines in, translations out in input order, through the
 runtime of an export (TensorFlow, ONNX Runtime or CTranslate2), with n-best lists and forced
-target prefixes where the SavedModel gives them; bad options are refused before any work.
+target prefixes where the SavedModel gives them, word alignments and markup carried through
+(`pipelines.translate_markup`); bad options are refused before any work.
 Input of any size streams through a window at a time (`pipelines.translate_stream`), with a
 progress line on stderr on a terminal (or with --progress)."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pipelines import InputError
 from pipelines.gpu import warn_unused_gpu_driver
 from pipelines.progress import PassProgress
 from pipelines.startup import import_tensorflow_quietly
+from pipelines.translate_markup import aligned_rows, check_markup
 from pipelines.translate_stream import (InputLines, LineNotes, TranslateWindow,
                                         resumed_output, translate_windows)
 
@@ -40,6 +42,7 @@ def translate_command(args: argparse.Namespace) -> int:
         _check_n_best(args.n_best, runtime, directory, args.beam)
     pieces = _check_scores(args, runtime, directory)
     sampling = _sampling(args, runtime, directory)
+    _check_alignments(args, runtime, directory)
     stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     with stream:
         size = None if args.input == "-" else Path(args.input).stat().st_size
@@ -49,6 +52,12 @@ def translate_command(args: argparse.Namespace) -> int:
         if args.prefix_file:  # checked against every line before any work: held in memory
             lines = list(lines)
             prefixes = _read_prefixes(Path(args.prefix_file), lines, runtime, directory, args)
+        if args.markup and args.input == "-":  # parsed before any work: held in memory
+            lines = list(lines)
+            check_markup("stdin", lines)
+        elif args.markup:  # parsed in a first pass over the file
+            with open(args.input, "rb") as file:
+                check_markup(args.input, InputLines(file))
         if runtime == "tf":
             import_tensorflow_quietly()
             warn_unused_gpu_driver("translate", "translating")
@@ -112,6 +121,9 @@ def _window_translator(translator, args: argparse.Namespace, prefixes: list[str]
     id -> piece), n-best rows `LINE ||| TEXT ||| SCORE` (LINE counting input lines from 0), or
     translations that begin with their prefixes."""
     def translate(lines: list[str], first: int) -> list[str]:
+        if args.alignments or args.markup:
+            return aligned_rows(translator, lines, args.markup, args.alignments,
+                                args.batch_size)
         if sampling is not None and not (args.scores or pieces):
             return [text + "\n" for text, _ in translator.sampled_lines(
                 lines, sampling, first, args.batch_size)]
@@ -173,6 +185,27 @@ def _sampling(args: argparse.Namespace, runtime: str,
               "generators ignore the seed, CTranslate2 issue #1757); --runtime tf can",
               file=sys.stderr)
     return sampling
+
+
+def _check_alignments(args: argparse.Namespace, runtime: str, directory: Path) -> None:
+    """Refuses, before any work, --alignments or --markup where they cannot apply.
+
+    Raises:
+        InputError: with --n-best, --prefix-file, --scores, --tokens or sampling, or from
+            ONNX Runtime.
+    """
+    if not (args.alignments or args.markup):
+        return
+    option = "--markup" if args.markup else "--alignments"
+    if (args.n_best is not None or args.prefix_file or args.scores or args.tokens
+            or args.sampling_topk is not None or args.sampling_topp is not None
+            or args.sampling_temperature is not None):
+        raise InputError(f"{option}: not with --n-best, --prefix-file, --scores, --tokens or "
+                         f"--sampling-*")
+    if runtime == "onnx":
+        raise InputError(f"{option}: {directory} is an ONNX export, which gives no word "
+                         f"alignments; use --runtime tf (the SavedModel's align signature) "
+                         f"or --runtime ct2")
 
 
 def _check_scores(args: argparse.Namespace, runtime: str,

@@ -136,7 +136,8 @@ def test_a_bfloat16_saved_model_computes_in_bfloat16_and_rebuilds_so(
     graph = saved_model_pb2.SavedModel.FromString(
         (summary.saved_model / "saved_model.pb").read_bytes()).meta_graphs[0].graph_def
     products = [node for function in graph.library.function for node in function.node_def
-                if node.op in ("MatMul", "BatchMatMulV2")]
+                if node.op in ("MatMul", "BatchMatMulV2")
+                and "word_alignment" not in node.name]  # alignment's float32 word sums
     assert products and all(node.attr["T"].type == tf.bfloat16.as_datatype_enum
                             for node in products)
     loaded = SavedModelTranslator(summary.saved_model)

@@ -192,3 +192,14 @@ def test_the_prefix_signature_forces_each_translation_to_begin_with_its_prefix(s
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="text and prefix need the same batch size"):
         prefix_request(server, lines, prefixes[:2])
+
+
+def test_the_align_signature_gives_each_translations_word_alignment(server,
+                                                                     saved_model_translator):
+    lines = SENTENCES + [""]
+    expected = saved_model_translator.aligned_lines(lines)
+    response = server.predict(predict_request("tiny", {
+        "text": np.array(lines, object),
+        "target": np.array([text for text, _ in expected], object)}, "align"))
+    alignments = [a.decode() for a in tf.make_ndarray(response.outputs["alignment"])]
+    assert alignments == [pairs for _, pairs in expected] and alignments[-1] == ""

@@ -1,0 +1,100 @@
+"""Word alignments from the model's own cross-attention (no alignment training): for each target
+piece, the attention of one decoder layer over the source pieces, averaged over its heads, in a
+teacher-forced pass over a given translation (as `keras_transformer.scoring` scores one), then
+summed over the pieces of each word; a target word is aligned to the source word it attends to
+most.
+
+    alignment_layer(config) -> the decoder layer whose cross-attention aligns
+    target_attention(model, source_ids, target_ids) -> float32 [batch, target, source]
+    piece_words(ids, starts_word) -> int32 [batch, time]: each piece's word, -1 for none
+    word_alignment(attention, source_ids, target_ids, starts_word) -> int32 [batch, words]
+    align_targets(model, source_ids, target_ids, starts_word) -> string [batch] "I-J ..."
+
+The layer is the penultimate one (the only one of a one-layer decoder): of a Transformer's
+layers, its averaged cross-attention agrees best with human alignments (Garg et al., 2019,
+"Jointly Learning to Align and Translate with Transformer Models", table 1). The CTranslate2
+export declares the same layer and all its heads (`export.ctranslate2`).
+
+A word is a piece that starts one (`starts_word`: by id, the pieces that begin with SentencePiece's
+word-boundary mark or are a space byte) and the pieces after it up to the next such piece; the
+first real piece starts a word whatever it is. On text that SentencePiece wrote these are its
+whitespace-separated words. PAD, BOS and EOS belong to no word, so no word is aligned to the
+source's EOS.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_transformer.config import ModelConfig
+from keras_transformer.model import Transformer
+from keras_transformer.scoring import target_lengths
+from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+def alignment_layer(config: ModelConfig) -> int:
+    """The index of the decoder layer whose cross-attention gives the alignments."""
+    return max(config.num_decoder_layers - 2, 0)
+
+
+def target_attention(model: Transformer, source_ids: tf.Tensor,
+                     target_ids: tf.Tensor) -> tf.Tensor:
+    """float32 [batch, target, source]: row j is the attention of `alignment_layer` over the
+    source, averaged over heads, at the step that predicts target piece j (its input: BOS then
+    the pieces before j). source_ids: pieces, EOS, PAD; target_ids: pieces then PAD."""
+    target_ids = tf.cast(target_ids, tf.int32)
+    batch = tf.shape(target_ids)[0]
+    decoder_input = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)
+    weights = model.attention_weights(tf.cast(source_ids, tf.int32), decoder_input)
+    layer = weights["encoder_decoder_attention"][alignment_layer(model.model_config)]
+    return tf.reduce_mean(tf.cast(layer, tf.float32), axis=1)  # [batch, target, source]
+
+
+def piece_words(ids: tf.Tensor, starts_word: tf.Tensor) -> tf.Tensor:
+    """int32 [batch, time]: the word (from 0) of each piece of `ids` [batch, time], -1 for PAD,
+    BOS and EOS; `starts_word`: bool [vocab]."""
+    ids = tf.cast(ids, tf.int32)
+    real = (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID)  # [batch, time]
+    first = real & (tf.cumsum(tf.cast(real, tf.int32), axis=1, exclusive=True) == 0)
+    starts = real & (tf.gather(starts_word, ids) | first)
+    return tf.where(real, tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, -1)
+
+
+def word_alignment(attention: tf.Tensor, source_ids: tf.Tensor, target_ids: tf.Tensor,
+                   starts_word: tf.Tensor) -> tf.Tensor:
+    """int32 [batch, target words]: for each target word, the source word with the highest
+    attention summed over both words' pieces; -1 past a row's last word and in a row whose
+    source has no word. attention: float32 [batch, target, source] (`target_attention`).
+    The sums are float32 whatever the model's dtype, under the name scope `word_alignment`."""
+    with tf.name_scope("word_alignment"):
+        source_words = piece_words(source_ids, starts_word)  # [batch, source]
+        target_words = piece_words(target_ids, starts_word)  # [batch, target]: attention's rows
+        # At least one source column, for argmax where no source has a word (an empty batch's
+        # maximum is the smallest int32).
+        source_onehot = tf.one_hot(source_words, tf.maximum(tf.reduce_max(source_words) + 1, 1))
+        target_onehot = tf.one_hot(target_words, tf.maximum(tf.reduce_max(target_words) + 1, 0))
+        summed = tf.matmul(target_onehot, tf.matmul(attention, source_onehot),
+                           transpose_a=True)  # [batch, target words, source words]
+        best = tf.argmax(summed, axis=2, output_type=tf.int32)  # [batch, target words]
+        words = tf.range(tf.shape(best)[1])[None]  # [1, target words]
+        real = ((words <= tf.reduce_max(target_words, axis=1, keepdims=True))
+                & (tf.reduce_max(source_words, axis=1, keepdims=True) >= 0))
+        return tf.where(real, best, -1)
+
+
+def align_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tensor,
+                  starts_word: tf.Tensor) -> tf.Tensor:
+    """string [batch]: `I-J ...`, source word I aligned to target word J, a pair per target
+    word in order ("" where either side has no word). source_ids: pieces, EOS, PAD;
+    target_ids: pieces then PAD, of at most the pieces the model scores (checked in the graph:
+    InvalidArgumentError, as `score_targets`); `starts_word`: bool [vocab]."""
+    target_ids = tf.cast(target_ids, tf.int32)
+    length = target_lengths(target_ids, model.model_config.max_length)  # [batch]
+    with tf.control_dependencies([length]):
+        target_ids = tf.pad(target_ids, [[0, 0], [0, 1]])  # [batch, time + 1]: a row if 0
+    attention = target_attention(model, source_ids, target_ids)  # [batch, time + 1, source]
+    source_words = word_alignment(attention, source_ids, target_ids, starts_word)  # [b, w]
+    target_words = tf.strings.as_string(tf.range(tf.shape(source_words)[1]))  # [words]
+    pairs = tf.strings.join([tf.strings.as_string(source_words), "-",
+                             tf.broadcast_to(target_words, tf.shape(source_words))])
+    pairs = tf.ragged.boolean_mask(pairs, source_words >= 0)  # [batch, (words)]
+    return tf.strings.reduce_join(pairs, axis=1, separator=" ")

@@ -1,0 +1,122 @@
+"""Word alignments from the alignment layer's cross-attention: the graph's rules and Python's
+(CTranslate2's path) agree, the SavedModel's `align` signature and CTranslate2's
+`return_attention` give the same pairs, and `translate --alignments` / `--markup` print them."""
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from export.ctranslate2 import export_ctranslate2
+from export.markup import parse_markup
+from export.word_alignment import (AlignmentError, align_words, format_alignment,
+                                   parse_alignment, piece_words, starts_word)
+from export_helpers import SENTENCES, source_ids
+from keras_transformer import alignment
+from keras_transformer.tokenizer import EOS_ID, PAD_ID, vocabulary
+from pipelines.cli import main
+
+MARKUP = ['<b>sun</b> moon <i>star</i>', '<p>the <a href="x>y">river</a> and the stone</p>',
+          'bird<x id="1"/>', '<b></b>fish <i><b>fish</b> fish</i>', ""]
+
+
+@pytest.fixture(scope="module")
+def ct2_model(export_translator, tmp_path_factory):
+    """The shared translator's float32 CTranslate2 model directory."""
+    return export_ctranslate2(export_translator, tmp_path_factory.mktemp("ct2"),
+                              ("float32",))["float32"]
+
+
+def test_pieces_are_merged_into_words_alike_in_the_graph_and_in_python(export_translator):
+    pieces = [piece for piece, _ in vocabulary(export_translator.spm_model_proto)]
+    starts = tf.constant([starts_word(piece) for piece in pieces])
+    word = next(piece for piece in pieces if piece.startswith("▁") and len(piece) > 1)
+    rows = [["s", "▁", "<0xE6>", "<0x20>", word, "n"], [word, "▁", "s", "<0x0A>"]]
+    ids = [[pieces.index(piece) for piece in row] + [EOS_ID] + [PAD_ID] * (6 - len(row))
+           for row in rows]
+    graph = alignment.piece_words(tf.constant(ids), starts).numpy()
+    assert graph.tolist() == [[0, 1, 1, 2, 3, 3, -1], [0, 1, 1, 2, -1, -1, -1]]
+    assert [piece_words(row) for row in rows] == [row[row >= 0].tolist() for row in graph]
+
+
+def test_a_target_word_takes_the_source_word_of_most_attention_summed_over_pieces():
+    attention = np.array([[0.3, 0.3, 0.4, 0.0],    # ▁x: a+b 0.6 > c 0.4
+                          [0.1, 0.0, 0.3, 0.6],    # ▁y: c 0.3 (the EOS column left out)
+                          [0.25, 0.25, 0.0, 0.5]])  # z, with ▁y: a+b 0.6 > c 0.3
+    assert align_words(attention, ["▁a", "b", "▁c"], ["▁x", "▁y", "z"]) == [(0, 0), (0, 1)]
+    assert align_words(attention, [], ["▁x"]) == []
+    assert format_alignment([(0, 0), (2, 1)]) == "0-0 2-1"
+    assert parse_alignment(" 0-0  2-1 ") == [(0, 0), (2, 1)] and parse_alignment("") == []
+    with pytest.raises(AlignmentError, match="'1:2' is not SOURCE-TARGET word indices"):
+        parse_alignment("0-0 1:2")
+
+
+def test_the_graph_follows_the_python_rules_on_the_models_attention(export_translator):
+    translations = export_translator.translate_lines(SENTENCES)
+    served = export_translator.align(text=tf.constant(SENTENCES),
+                                     target=tf.constant(translations))["alignment"].numpy()
+    processor_pieces = [piece for piece, _ in vocabulary(export_translator.spm_model_proto)]
+    source = source_ids(export_translator.spm_model_proto, SENTENCES)
+    target = source_ids(export_translator.spm_model_proto, translations)  # pieces, EOS, PAD
+    target = np.where(target == EOS_ID, PAD_ID, target)
+    attention = alignment.target_attention(export_translator.model, source, target).numpy()
+    for line, text, row, sources, targets, expected in zip(SENTENCES, translations, attention,
+                                                           source, target, served):
+        pairs = align_words(row, [processor_pieces[i] for i in sources if i > EOS_ID],
+                            [processor_pieces[i] for i in targets if i > EOS_ID])
+        assert expected.decode() == format_alignment(pairs)
+        assert [target for _, target in pairs] == list(range(len(text.split())))
+        assert all(source < len(line.split()) for source, _ in pairs)
+
+
+def test_the_saved_model_and_ctranslate2_give_the_same_alignments(saved_model_translator,
+                                                                   ct2_model):
+    from export.ct2_runtime import CTranslate2Translator
+
+    lines = SENTENCES + ["", "  "]
+    served = saved_model_translator.aligned_lines(lines)
+    assert served == CTranslate2Translator(ct2_model.parent).aligned_lines(lines)
+    assert served[-2:] == [("", ""), ("", "")] and all(pairs for _, pairs in served[:-2])
+
+
+def test_translate_prints_alignments_and_carries_markup(saved_model_dir, ct2_model,
+                                                        saved_model_translator, tmp_path,
+                                                        capsysbinary):
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(SENTENCES) + "\n")
+    expected = [f"{text} ||| {pairs}" for text, pairs in
+                saved_model_translator.aligned_lines(SENTENCES)]
+    for model_dir in (saved_model_dir, ct2_model):
+        assert main(["translate", str(model_dir), str(source), "--alignments"]) == 0
+        assert capsysbinary.readouterr().out.decode().splitlines() == expected
+    source.write_text("\n".join(MARKUP) + "\n")
+    assert main(["translate", str(saved_model_dir), str(source), "--markup",
+                 "--alignments"]) == 0
+    rows = [row.split(" ||| ") for row in capsysbinary.readouterr().out.decode().splitlines()]
+    plain = [parse_markup(line).text for line in MARKUP]
+    assert [pairs for _, pairs in rows] == [p for _, p in saved_model_translator.aligned_lines(
+        plain)]
+    for line, (marked, _) in zip(MARKUP, rows):
+        assert sorted(re.findall(r"<[^<]*?>", marked)) == sorted(re.findall(r"<[^<]*?>",
+                                                                              line))  # once each
+        parse_markup(marked)  # well-formed
+    assert rows[-1] == ["", ""]
+
+
+def test_alignments_and_markup_are_refused_before_any_work(exported, tmp_path, capsys):
+    source = tmp_path / "lines.txt"
+    source.write_text("<b>bird</b>\nfish <i>x\n")
+    output = tmp_path / "out.txt"
+    for args, error in [
+            ([str(exported.onnx), "--alignments"],
+             f"--alignments: {exported.onnx} is an ONNX export, which gives no word "
+             f"alignments; use --runtime tf (the SavedModel's align signature) or --runtime "
+             f"ct2"),
+            ([str(exported.saved_model), "--markup", "--n-best", "2"],
+             "--markup: not with --n-best, --prefix-file, --scores, --tokens or --sampling-*"),
+            ([str(exported.saved_model), "--markup"],
+             f"{source}:2: <i> is not closed by the end of the line")]:
+        assert main(["translate", args[0], str(source), *args[1:], "--output",
+                     str(output)]) == 2
+        assert capsys.readouterr().err == f"keras-transformer translate: error: {error}\n"
+        assert not output.exists()

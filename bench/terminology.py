@@ -90,7 +90,7 @@ def main() -> int:
     lines, references = [s for s, _ in pairs], [r for _, r in pairs]
     terms = [glossary.target_terms(line) for line in lines]
     translator = open_saved_model(resolve_export(paths.export, "tf")[1])
-    print(f"{len(lines)} {args.split} lines of {translator.version_dir}; glossary of "
+    print(f"{len(lines)} lines of {source}, {translator.version_dir}; glossary of "
           f"{len(glossary.entries)} entries, {sum(map(len, terms))} terms in "
           f"{sum(map(bool, terms))} lines\n{'search':<14}{'term use':>10}{'BLEU':>8}"
           f"{'seconds':>9}")

@@ -5,17 +5,17 @@ handling, batch-major rows and outputs as `keras_transformer.decoding.beam_searc
     constrained_beam_search(fn, initial_cache, max_decode_lengths, terms, *, beam_size, bos_id,
                             eos_id, alpha=0.6, pad_id=0, stop="full")
         -> ids int32 [batch, beam, time], scores float32 [batch, beam], best first
-    terms_found(ids, terms, pad_id=0) -> bool [batch, terms]: each term's pieces in ids
-    term_lengths(terms, pad_id=0) -> int32 [batch, terms]
 
 `terms` int32 [batch, terms, pieces]: each term's pieces then `pad_id` (a row of `pad_id`: no
 term). The algorithm is dynamic beam allocation (Post & Vilar, NAACL 2018), vectorized over
 the batch as in Hu et al. (NAACL 2019) and fairseq's LexicallyConstrainedBeamSearch, chosen
 over grid beam search (Hokamp & Liu 2017) because its beam stays `beam_size` wide whatever the
 number of terms, so the cost per step does not grow with them:
-* each hypothesis records, per term, the pieces of it matched so far (its length once met: a
-  met term stays met; a piece that breaks a partial match restarts it, at 1 when it is the
-  term's first piece);
+* each hypothesis records, per term, the pieces of it matched so far; once all are, the next
+  piece meets the term for good if it may end it (`word_end`: a piece that starts a word or
+  punctuation, or EOS; so "hill" is not met by "hill" + "s") and otherwise restarts it, as
+  any piece that breaks a partial match does (at 1 when it is the term's first piece); a
+  hypothesis may end (EOS or the maximum length) right after a term's last piece;
 * the candidates of a step are the 2 * beam best extensions (as in unconstrained search), for
   every hypothesis the next piece of each of its unmet terms, and its EOS; duplicates dropped;
 * EOS is not allowed while a hypothesis has unmet terms, nor is any candidate whose unmet
@@ -29,7 +29,8 @@ candidates, finished and alive sets), but beam size 1 is beam search too (not gr
 the same translations), and done sentences stay in the loop with their beams frozen (no
 retiring). The stop rules are `beam_search`'s; "bound" takes the best alive hypothesis of any
 bank. A sentence whose finished set is empty when it stops (a maximum length of 0, or terms
-that could not be placed) returns its alive hypotheses; `terms_found` tells.
+that could not be placed) returns its alive hypotheses; `keras_transformer.terms.terms_found`
+tells.
 Graph ops: those of `beam_search` and GatherV2 with batch_dims, OneHot; no TensorArray.
 """
 from __future__ import annotations
@@ -41,13 +42,15 @@ import tensorflow as tf
 from keras_transformer.decoding import DEFAULTS, NEG_INF, length_penalty
 from keras_transformer.decoding_settings import STOP_RULES
 from keras_transformer.greedy import Cache, SymbolsToLogitsFn, cache_invariants, log_probs_step
+from keras_transformer.terms import term_lengths
 
 
 class ConstrainedState(NamedTuple):
     step: tf.Tensor             # int32 []: tokens generated so far
     alive_seq: tf.Tensor        # int32 [batch, beam, step + 1], starting with BOS
     alive_log_probs: tf.Tensor  # float32 [batch, beam]
-    progress: tf.Tensor         # int32 [batch, beam, terms]: pieces of each term matched
+    progress: tf.Tensor         # int32 [batch, beam, terms]: pieces of each term matched, or
+                                # its length + 1: met (and ended where it may end)
     finished_seq: tf.Tensor     # int32 [batch, beam, step + 1]
     finished_scores: tf.Tensor  # float32 [batch, beam], best first, NEG_INF where empty
     done: tf.Tensor             # bool [batch]: stopped, its beams frozen
@@ -64,28 +67,11 @@ class Candidates(NamedTuple):
     progress: tf.Tensor
 
 
-def term_lengths(terms: tf.Tensor, pad_id: int = 0) -> tf.Tensor:
-    """int32 [batch, terms]: the pieces of each term (0: no term)."""
-    return tf.reduce_sum(tf.cast(terms != pad_id, tf.int32), axis=2)
-
-
-def terms_found(ids: tf.Tensor, terms: tf.Tensor, pad_id: int = 0) -> tf.Tensor:
-    """bool [batch, terms]: whether the pieces of each term (terms [batch, terms, pieces]) occur
-    in a row of ids [batch, time]; true for no term."""
-    ids, terms = tf.cast(ids, tf.int32), tf.cast(terms, tf.int32)
-    width = tf.shape(terms)[2]
-    padded = tf.pad(ids, [[0, 0], [0, width]], constant_values=-1)  # [batch, time + width]
-    starts = tf.range(tf.shape(ids)[1] + 1)[:, None] + tf.range(width)[None]  # [time + 1, width]
-    windows = tf.gather(padded, starts, axis=1)  # [batch, time + 1, width]
-    same = (windows[:, None] == terms[:, :, None]) | (terms[:, :, None] == pad_id)
-    return tf.reduce_any(tf.reduce_all(same, axis=3), axis=2)  # [batch, terms]
-
-
 def constrained_beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
                             max_decode_lengths: tf.Tensor, terms: tf.Tensor, *, beam_size: int,
                             bos_id: int, eos_id: int, alpha: float = DEFAULTS.alpha,
-                            pad_id: int = 0, stop: str = DEFAULTS.stop
-                            ) -> tuple[tf.Tensor, tf.Tensor]:
+                            pad_id: int = 0, stop: str = DEFAULTS.stop,
+                            word_end: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search in which each sentence's terms appear in every finished hypothesis.
 
     Args:
@@ -94,6 +80,8 @@ def constrained_beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cac
         max_decode_lengths: int32 [batch], each sentence's maximum output length.
         terms: int [batch, terms, pieces]: each term's pieces, then pad_id.
         beam_size, bos_id, eos_id, pad_id, alpha, stop: as `beam_search`'s.
+        word_end: bool [vocab]: the pieces that may follow a term's last piece (those that
+            start a word or punctuation, so that a term is met as whole words); None: any.
 
     Returns:
         ids int32 [batch, beam, time] (no BOS, `pad_id` after EOS) and their length-penalised
@@ -122,7 +110,7 @@ def constrained_beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cac
                                   tf.TensorShape([None]), cache_invariants(initial_cache))
 
     def step(state: ConstrainedState) -> tuple[ConstrainedState]:
-        stepped = _step(state, symbols_to_logits_fn, terms, lengths, max_lengths,
+        stepped = _step(state, symbols_to_logits_fn, terms, lengths, max_lengths, word_end,
                         beam_size=beam_size, eos_id=eos_id, alpha=alpha, pad_id=pad_id)
         stepped = _keep_done(stepped, state, pad_id)
         return (stepped._replace(done=state.done | _stopped(stepped, max_lengths, alpha,
@@ -168,8 +156,8 @@ def _keep_done(stepped: ConstrainedState, state: ConstrainedState,
 
 
 def _step(state: ConstrainedState, symbols_to_logits_fn: SymbolsToLogitsFn, terms: tf.Tensor,
-          lengths: tf.Tensor, max_lengths: tf.Tensor, *, beam_size: int, eos_id: int,
-          alpha: float, pad_id: int) -> ConstrainedState:
+          lengths: tf.Tensor, max_lengths: tf.Tensor, word_end: tf.Tensor | None, *,
+          beam_size: int, eos_id: int, alpha: float, pad_id: int) -> ConstrainedState:
     """Extends the alive set by one token, banked by term pieces matched; updates both sets."""
     batch = tf.shape(state.alive_seq)[0]
     flat_seq = tf.reshape(state.alive_seq, [batch * beam_size, -1])  # [batch * beam, step + 1]
@@ -180,13 +168,17 @@ def _step(state: ConstrainedState, symbols_to_logits_fn: SymbolsToLogitsFn, term
     log_probs = tf.reshape(log_probs, [batch, beam_size, vocab]) + tf.where(
         tf.reduce_any(unmet, axis=2)[:, :, None], eos_barred, 0.0)
     log_probs += state.alive_log_probs[:, :, None]  # [batch, beam, vocab]
-    candidates = _candidates(state, log_probs, terms, lengths, unmet, beam_size=beam_size,
-                             eos_id=eos_id)
+    if word_end is None:
+        word_end = tf.ones([vocab], tf.bool)
+    candidates = _candidates(state, log_probs, terms, lengths, unmet, word_end,
+                             beam_size=beam_size, eos_id=eos_id)
     length = state.step + 1
-    unmet_pieces = tf.reduce_sum(lengths[:, None] - candidates.progress, axis=2)  # [batch, m]
+    matched = tf.minimum(candidates.progress, lengths[:, None])  # [batch, m, terms]
+    unmet_pieces = tf.reduce_sum(lengths[:, None] - matched, axis=2)  # [batch, m]
     candidates = candidates._replace(valid=candidates.valid & (
         unmet_pieces <= max_lengths[:, None] - length))
-    order = _allocation_order(candidates, tf.reduce_sum(lengths, axis=1))  # [batch, m]
+    order = _allocation_order(candidates, tf.reduce_sum(matched, axis=2),
+                              tf.reduce_sum(lengths, axis=1))  # [batch, m]
     taken = Candidates(*(tf.gather(part, order, batch_dims=1) for part in candidates))
     unmet_pieces = tf.gather(unmet_pieces, order, batch_dims=1)  # [batch, m]
     candidate_seq = tf.concat([tf.gather(state.alive_seq, taken.origin, batch_dims=1),
@@ -224,7 +216,7 @@ def _step(state: ConstrainedState, symbols_to_logits_fn: SymbolsToLogitsFn, term
 
 
 def _candidates(state: ConstrainedState, log_probs: tf.Tensor, terms: tf.Tensor,
-                lengths: tf.Tensor, unmet: tf.Tensor, *, beam_size: int,
+                lengths: tf.Tensor, unmet: tf.Tensor, word_end: tf.Tensor, *, beam_size: int,
                 eos_id: int) -> Candidates:
     """The step's candidates [batch, m], m = 2 * beam + beam * terms + beam: the best
     extensions, each hypothesis's next piece of each unmet term, and its EOS (these two only
@@ -259,17 +251,21 @@ def _candidates(state: ConstrainedState, log_probs: tf.Tensor, terms: tf.Tensor,
     matched = tf.gather(state.progress, origin, batch_dims=1)  # [batch, m, terms]
     wanted = tf.gather(next_piece, origin, batch_dims=1)  # [batch, m, terms]
     extension = token[:, :, None]
-    progress = tf.where(matched >= lengths[:, None], matched,
-                        tf.where(extension == wanted, matched + 1,
-                                 tf.where(extension == terms[:, None, :, 0], 1, 0)))
+    ends_word = (tf.gather(word_end, tf.clip_by_value(token, 0, vocab - 1))
+                 | (token == eos_id))[:, :, None]  # [batch, m, 1]
+    length = lengths[:, None]  # [batch, 1, terms]
+    progress = tf.where((matched > length) | (length == 0), matched,  # met: stays met
+                        tf.where((matched == length) & ends_word, length + 1,
+                                 tf.where((extension == wanted) & (matched < length), matched + 1,
+                                          tf.where(extension == terms[:, None, :, 0], 1, 0))))
     return Candidates(origin, token, log_prob, valid, progress)
 
 
-def _allocation_order(candidates: Candidates, total_pieces: tf.Tensor) -> tf.Tensor:
+def _allocation_order(candidates: Candidates, bank: tf.Tensor,
+                      total_pieces: tf.Tensor) -> tf.Tensor:
     """int32 [batch, m]: the candidates in the order the beam takes them (dynamic beam
-    allocation, round robin over the banks): by rank within their bank (the term pieces
-    matched; by log-probability, then list order), then fullest bank first; invalid last."""
-    bank = tf.reduce_sum(candidates.progress, axis=2)  # [batch, m]
+    allocation, round robin over the banks): by rank within their bank (bank [batch, m]: the
+    term pieces matched; by log-probability, then list order), then fullest bank first; invalid last."""
     log_prob, valid = candidates.log_prob, candidates.valid
     m = tf.shape(bank)[1]
     before = tf.range(m)[None, :] < tf.range(m)[:, None]  # [m, m]: [i, j] j listed before i

@@ -29,13 +29,13 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.constrained_search import (constrained_beam_search, term_lengths,
-                                                  terms_found)
+from keras_transformer.constrained_search import constrained_beam_search
 from keras_transformer.decoding import beam_search, length_penalty
 from keras_transformer.greedy import greedy_search
 from keras_transformer.sampling import Sampling, sample_picker
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
+from keras_transformer.terms import term_lengths, terms_found
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 GREEDY = DecodingSettings(beam_size=1)  # dev BLEU during training, attention maps
@@ -104,22 +104,23 @@ class TermsDecoded(NamedTuple):
 
 
 def decode_with_terms(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
-                      term_ids: tf.Tensor) -> TermsDecoded:
+                      term_ids: tf.Tensor, word_end: tf.Tensor | None = None) -> TermsDecoded:
     """Like `decode_sources`, each translation holding its sentence's terms (term_ids int
     [batch, terms, pieces], each term's pieces then PAD; a row of PAD: no term), by
     constrained beam search. A sentence whose terms have more pieces in all than its maximum
     output length (`settings.output_limit`) is decoded without them and `terms_fit` false;
-    `term_found` tells which terms the translation holds."""
+    `term_found` tells which terms the translation holds. `word_end` bool [vocab]: the pieces
+    that may follow a term (`constrained_beam_search`)."""
     cache, max_lengths, empty = _encoded(model, source_ids, settings)
     term_ids = tf.cast(term_ids, tf.int32)
     fit = tf.reduce_sum(term_lengths(term_ids, PAD_ID), axis=1) <= max_lengths  # [batch]
     ids, scores = constrained_beam_search(
         _scoring(model), cache, max_lengths, tf.where(fit[:, None, None], term_ids, PAD_ID),
         beam_size=settings.beam_size, bos_id=BOS_ID, eos_id=EOS_ID, alpha=settings.alpha,
-        pad_id=PAD_ID, stop=settings.stop)  # [batch, beam, time], [batch, beam]
+        pad_id=PAD_ID, stop=settings.stop, word_end=word_end)  # [batch, beam, time] ...
     ids = tf.where(empty[:, None], PAD_ID, ids[:, 0])  # [batch, time]
     return TermsDecoded(ids, tf.where(empty, 0.0, scores[:, 0]), fit,
-                        terms_found(ids, term_ids, PAD_ID))
+                        terms_found(ids, term_ids, PAD_ID, word_end))
 
 
 def _encoded(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings

@@ -1,11 +1,12 @@
-"""keras_transformer/constrained_search.py against table-driven scoring functions (no model):
+"""keras_transformer/constrained_search.py (and terms.py) against table-driven scoring functions (no model):
 terms forced in, unconstrained search reproduced exactly without terms."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.constrained_search import constrained_beam_search, terms_found
+from keras_transformer.constrained_search import constrained_beam_search
 from keras_transformer.decoding import NEG_INF, beam_search
+from keras_transformer.terms import terms_found
 from test_decoding import BOS, EOS, PrefixTable, make_cache
 
 VOCAB = 12
@@ -80,12 +81,31 @@ def test_terms_fill_the_length_limit_exactly_or_are_reported_missing():
     assert scores.numpy()[1, 0] < NEG_INF / 2  # no hypothesis could finish
 
 
+def test_a_term_is_met_only_when_a_piece_that_may_end_it_follows():
+    table = PrefixTable(seed=11, vocab=VOCAB, eos_boost=1.0)
+    table.table[:, 6] += 4.0  # piece 6, which continues a word, is always likely
+    cache = make_cache(VOCAB, batch=2, seed=6)
+    word_end = tf.constant([token != 6 for token in range(VOCAB)])
+    terms = tf.constant([[[5, -1]], [[5, 8]]])
+    ids, scores = constrained_beam_search(
+        table.from_cache, cache, tf.constant([12, 12]), terms, beam_size=4, bos_id=BOS,
+        eos_id=EOS, pad_id=-1, word_end=word_end)
+    assert (scores.numpy() > NEG_INF / 2).all()
+    for beam in range(4):
+        assert terms_found(ids[:, beam], terms, -1, word_end).numpy().all()
+    loose, _ = search(table, cache, [12, 12], terms)  # any piece may end a term
+    assert not terms_found(loose[:, 0], terms, -1, word_end).numpy().all()
+
+
 def test_terms_found_matches_whole_piece_sequences():
     ids = tf.constant([[4, 9, 2, 1, -1], [9, 4, 2, 1, -1]])
     terms = tf.constant([[[4, 9, 2], [2, 1, -1], [-1, -1, -1]],
                          [[4, 9, 2], [2, -1, -1], [3, -1, -1]]])
     assert terms_found(ids, terms, pad_id=-1).numpy().tolist() == [[True, True, True],
                                                                    [False, True, False]]
+    word_end = tf.constant([token != 1 for token in range(12)])  # 1 continues a word
+    assert terms_found(ids, terms, -1, word_end).numpy().tolist() == [[False, True, True],
+                                                                      [False, False, False]]
 
 
 def _contains(hypothesis: np.ndarray, term: list[int]) -> bool:

@@ -1,6 +1,6 @@
 """Terminology constraints: glossaries checked and matched (export/glossary.py), the SavedModel's
 `translate_terms` signature as TF Serving runs it, and `translate --glossary`."""
-from pathlib import Path
+import re
 
 import numpy as np
 import pytest
@@ -48,6 +48,10 @@ def server(saved_model_dir) -> SessionServer:
     return SessionServer(saved_model_dir)
 
 
+def whole_word(term: str, text: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(term)}(?!\w)", text) is not None
+
+
 def terms_request(server: SessionServer, lines, terms) -> dict[str, np.ndarray]:
     response = server.predict(predict_request("tiny", {
         "text": np.array(lines, object), "terms": np.array(terms, object).reshape(
@@ -64,7 +68,7 @@ def test_the_served_signature_puts_every_term_in_its_translation(server):
     plain = server.predict(predict_request("tiny", {"text": np.array(lines, object)}))
     plain_text = [text.decode() for text in tf.make_ndarray(plain.outputs["translation"])]
     for translation, line_terms in zip(translations[:4], terms):
-        assert all(term in translation for term in line_terms if term)
+        assert all(whole_word(term, translation) for term in line_terms if term)
     assert translations[0] != plain_text[0] and "river" not in plain_text[0]
     assert translations[1] == plain_text[1]  # no term: as serving_default
     np.testing.assert_allclose(served["score"][1], tf.make_ndarray(plain.outputs["score"])[1],
@@ -90,7 +94,8 @@ def test_translate_with_a_glossary_uses_each_term_or_says_why_not(saved_model_di
                  str(glossary)]) == 0
     captured = capsysbinary.readouterr()
     out = captured.out.decode().splitlines()
-    assert "river" in out[0] and "stone stone" in out[0] and "cloud" in out[1]
+    for row, terms in ((out[0], ["river", "stone stone"]), (out[1], ["cloud"])):
+        assert all(whole_word(term, row) for term in terms), (row, terms)
     assert captured.err.decode() == (
         f'keras-transformer translate: {source}:4: glossary terms "{" ".join(["stone"] * 60)}" '
         f"do not fit in the line's output limit (source length + extra_length); translated "
@@ -99,6 +104,11 @@ def test_translate_with_a_glossary_uses_each_term_or_says_why_not(saved_model_di
                  "--scores"]) == 0
     rows = capsysbinary.readouterr().out.decode().splitlines()
     assert [row.split("\t")[1] for row in rows] == out and float(rows[0].split("\t")[0]) < 0
+    assert main(["translate", str(saved_model_dir), str(source), "--glossary", str(glossary),
+                 "--tokens"]) == 0
+    rows = [row.split("\t") for row in capsysbinary.readouterr().out.decode().splitlines()]
+    assert [row[1] for row in rows] == out and all(row[2].split()[-1].startswith("</s>=")
+                                                   for row in rows)
 
 
 def test_a_bad_glossary_or_option_is_refused_before_any_work(exported, tmp_path, capsys):

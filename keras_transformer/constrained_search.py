@@ -234,9 +234,9 @@ def _candidates(state: ConstrainedState, log_probs: tf.Tensor, terms: tf.Tensor,
                         tf.tile(beams[:, :, 0], [batch, 1])], axis=1)  # [batch, m]
     token = tf.concat([flat_index - best_origin * vocab, tf.reshape(next_piece, [batch, -1]),
                        tf.fill([batch, beam_size], eos_id)], axis=1)  # [batch, m]
-    log_prob = tf.concat([best_log_probs,
-                          tf.reshape(tf.gather(log_probs, tf.clip_by_value(next_piece, 0, vocab - 1),
-                                               batch_dims=2), [batch, -1]),
+    next_log_probs = tf.gather(log_probs, tf.clip_by_value(next_piece, 0, vocab - 1),
+                               batch_dims=2)  # [batch, beam, terms]
+    log_prob = tf.concat([best_log_probs, tf.reshape(next_log_probs, [batch, -1]),
                           log_probs[:, :, eos_id]], axis=1)  # [batch, m]
     listed = tf.concat([tf.ones([batch, 2 * beam_size], tf.bool),
                         tf.reshape(unmet & has_terms, [batch, -1]),
@@ -265,7 +265,8 @@ def _allocation_order(candidates: Candidates, bank: tf.Tensor,
                       total_pieces: tf.Tensor) -> tf.Tensor:
     """int32 [batch, m]: the candidates in the order the beam takes them (dynamic beam
     allocation, round robin over the banks): by rank within their bank (bank [batch, m]: the
-    term pieces matched; by log-probability, then list order), then fullest bank first; invalid last."""
+    term pieces matched; by log-probability, then list order), then fullest bank first;
+    invalid last."""
     log_prob, valid = candidates.log_prob, candidates.valid
     m = tf.shape(bank)[1]
     before = tf.range(m)[None, :] < tf.range(m)[:, None]  # [m, m]: [i, j] j listed before i

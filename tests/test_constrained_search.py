@@ -1,5 +1,5 @@
-"""keras_transformer/constrained_search.py (and terms.py) against table-driven scoring functions (no model):
-terms forced in, unconstrained search reproduced exactly without terms."""
+"""keras_transformer/constrained_search.py and terms.py against table-driven scoring functions
+(no model): terms forced in, as whole words; unconstrained search reproduced without terms."""
 import numpy as np
 import pytest
 import tensorflow as tf

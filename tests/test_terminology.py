@@ -126,8 +126,8 @@ def test_a_bad_glossary_or_option_is_refused_before_any_work(exported, tmp_path,
              f"--glossary: {exported.onnx} is an ONNX export, which has no constrained "
              f"search; use --runtime tf (the SavedModel's translate_terms signature)"),
             ([str(exported.ctranslate2 / "float32"), "--glossary", str(glossary)],
-             f"--glossary: {exported.ctranslate2 / 'float32'} is a CTranslate2 export, which has no "
-             f"constrained search; use --runtime tf (the SavedModel's translate_terms "
+             f"--glossary: {exported.ctranslate2 / 'float32'} is a CTranslate2 export, which "
+             f"has no constrained search; use --runtime tf (the SavedModel's translate_terms "
              f"signature)"),
             ([str(exported.saved_model), "--glossary", str(glossary), "--n-best", "2"],
              "--glossary: not with --n-best, --prefix-file, --sampling-*, --alignments or "

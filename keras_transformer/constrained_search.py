@@ -3,14 +3,15 @@ sequence of target pieces) appears in each finished hypothesis. Same scoring fun
 handling, batch-major rows and outputs as `keras_transformer.decoding.beam_search`.
 
     constrained_beam_search(fn, initial_cache, max_decode_lengths, terms, *, beam_size, bos_id,
-                            eos_id, alpha=0.6, pad_id=0, stop="full")
+                            eos_id, alpha=0.6, pad_id=0, stop="full", word_end=None)
         -> ids int32 [batch, beam, time], scores float32 [batch, beam], best first
 
 `terms` int32 [batch, terms, pieces]: each term's pieces then `pad_id` (a row of `pad_id`: no
 term). The algorithm is dynamic beam allocation (Post & Vilar, NAACL 2018), vectorized over
 the batch as in Hu et al. (NAACL 2019) and fairseq's LexicallyConstrainedBeamSearch, chosen
 over grid beam search (Hokamp & Liu 2017) because its beam stays `beam_size` wide whatever the
-number of terms, so the cost per step does not grow with them:
+number of terms, so the model's cost per step does not grow with them (only the candidates'
+bookkeeping, [batch, m, m] comparisons for m = beam * (3 + terms)):
 * each hypothesis records, per term, the pieces of it matched so far; once all are, the next
   piece meets the term for good if it may end it (`word_end`: a piece that starts a word or
   punctuation, or EOS; so "hill" is not met by "hill" + "s") and otherwise restarts it, as
@@ -31,7 +32,8 @@ retiring). The stop rules are `beam_search`'s; "bound" takes the best alive hypo
 bank. A sentence whose finished set is empty when it stops (a maximum length of 0, or terms
 that could not be placed) returns its alive hypotheses; `keras_transformer.terms.terms_found`
 tells.
-Graph ops: those of `beam_search` and GatherV2 with batch_dims, OneHot; no TensorArray.
+Graph ops: core TF only (those of `beam_search`, GatherV2 with batch_dims, OneHot); no
+TensorArray.
 """
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ Signatures (`export.translator`): `serving_default` (text -> translation, score)
 beam's translations and scores, best first), `translate_prefix` (text, prefix ->
 translation, score: each translation begins with its prefix), `translate_sample` (text and
 sampling parameters per line -> a random translation, score), `score` (text, target -> the
-given translation's score, log-probability and per-piece log-probabilities) and `align` (text,
-target -> the given translation's word alignment, `I-J ...`). The graphs use
+given translation's score, log-probability and per-piece log-probabilities), `align` (text,
+target -> the given translation's word alignment, `I-J ...`) and `translate_terms` (text, target
+terms [batch, terms] -> translations holding them: `export.terminology`). The graphs use
 core TF ops and TF Text ops of TF Serving's set (serving/tf_serving_text_ops.txt); the
 SentencePiece model is inside them.
 
@@ -67,7 +68,8 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
             "translate_prefix": translator.translate_prefix.get_concrete_function(),
             "translate_sample": translator.translate_sample.get_concrete_function(),
             "score": translator.score.get_concrete_function(),
-            "align": translator.align.get_concrete_function()})
+            "align": translator.align.get_concrete_function(),
+            "translate_terms": translator.translate_terms.get_concrete_function()})
         extra = temporary / "assets.extra"
         extra.mkdir()
         write_warmup(extra / WARMUP_FILE, translator, warmup_text, model_name)
@@ -90,6 +92,8 @@ def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
                                  "translate_prefix") for batch in batches]
     requests += [predict_request(model_name, {"text": batch, "target": batch}, signature)
                  for batch in batches for signature in ("score", "align")]
+    requests += [predict_request(model_name, {"text": batch, "terms": batch[:, None]},
+                                 "translate_terms") for batch in batches]
     requests += [predict_request(model_name, {
         "text": batch, "top_k": np.zeros(len(batch), np.int32),
         "top_p": np.ones(len(batch), np.float32), "temperature": np.ones(len(batch), np.float32),
@@ -177,6 +181,12 @@ class SavedModelTranslator:
         `serving_default` sent back with its line to the `align` signature."""
         return aligned_in_batches(self._signature("align"), self.translate_lines(
             lines, batch_size), lines, batch_size)
+
+    @property
+    def translate_terms(self):
+        """The `translate_terms` signature: (text=, terms=) -> as `Translator.translate_terms`
+        (`export.signature_outputs.termed_in_batches` calls it)."""
+        return self._signature("translate_terms")
 
     def _signature(self, name: str):
         if name not in self.loaded.signatures:

@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
+from export.glossary import TermTranslation, padded_terms
 from export.lines import translate_in_batches
 from export.scores import Pair, PairScore, signature_scores
 
@@ -57,3 +58,24 @@ def aligned_in_batches(align: Callable[..., dict[str, tf.Tensor]], translations:
 
     return translate_in_batches(align_batch, list(zip(lines, translations)), batch_size,
                                 length=lambda pair: len(pair[1]))
+
+
+def termed_in_batches(translate_terms: Callable[..., dict[str, tf.Tensor]],
+                      lines: Sequence[str], terms: Sequence[Sequence[str]],
+                      batch_size: int) -> list[TermTranslation]:
+    """`translate_terms(text=, terms=)` (the function or its signature) over `lines` and each
+    one's target terms, in batches of similar lines; the results in order."""
+    def translate_batch(batch: list[tuple[str, Sequence[str]]]) -> list[TermTranslation]:
+        texts, batch_terms = zip(*batch)
+        padded = padded_terms(batch_terms)
+        output = translate_terms(text=tf.constant(texts, tf.string), terms=tf.constant(
+            padded, tf.string, [len(texts), len(padded[0])]))
+        found = output["term_found"].numpy()
+        return [TermTranslation(text.decode("utf-8"), float(score), bool(fit),
+                                tuple(bool(value) for value in row[:len(line_terms)]))
+                for text, score, fit, row, line_terms in zip(
+                    output["translation"].numpy(), output["score"].numpy(),
+                    output["terms_fit"].numpy(), found, batch_terms)]
+
+    return translate_in_batches(translate_batch, list(zip(lines, terms)), batch_size,
+                                length=lambda pair: len(pair[0]))

@@ -18,6 +18,8 @@ the serving signatures of the SavedModel (the first two are the sources of the O
         token_log_probs theirs (0 at PAD)
     align(text string [batch], target string [batch]) -> {"alignment": string [batch]}: each
         given translation's word alignment `I-J ...` (`keras_transformer.alignment`)
+    translate_terms(text string [batch], terms string [batch, terms]) -> as `translate`, each
+        translation holding its target terms, and "terms_fit", "term_found" (`export.terminology`)
 
 `source_ids` are a source as training saw it: pieces, EOS, then PAD; `target_ids` are the best
 hypothesis without BOS, EOS included where it ended with one, PAD after. The score is its
@@ -65,6 +67,7 @@ from export.metadata import ExportMetadata
 from export.scores import Pair, PairScore, score_in_batches
 from export.signature_outputs import (aligned_in_batches, nbest_pairs, prefixed_in_batches,
                                      scored_batch, translated_text)
+from export.terminology import TERMS_SPEC, translate_with_terms
 from export.word_alignment import starts_word
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
@@ -166,6 +169,12 @@ class Translator(tf.Module):
         prefix_ids = tokenizer.tokenize(prefix).to_tensor(PAD_ID)  # [batch, prefix]
         ids, scores = self.hypotheses(source_ids, prefix_ids)  # [batch, beam, time]
         return {"translation": tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}
+
+    @tf.function(input_signature=[TEXT_SPEC, TERMS_SPEC])
+    def translate_terms(self, text: tf.Tensor, terms: tf.Tensor) -> dict[str, tf.Tensor]:
+        """UTF-8 lines [batch] and target terms [batch, terms] ("": none) -> translations that
+        hold their terms, scores, and whether the terms fit and were found."""
+        return translate_with_terms(self, text, terms)
 
     @tf.function(input_signature=[TEXT_SPEC, *SAMPLING_SPECS])
     def translate_sample(self, text: tf.Tensor, top_k: tf.Tensor, top_p: tf.Tensor,

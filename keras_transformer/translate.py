@@ -7,6 +7,9 @@
            best first
     sample_sources(model, source_ids, settings, sampling)
         -> a random translation of each: target_ids int32 [batch, time], score float32 [batch]
+    decode_with_terms(model, source_ids, settings, term_ids)
+        -> TermsDecoded: the best translation holding each sentence's terms
+           (`keras_transformer.constrained_search`), whether they fit, each one found
 
 `source_ids` are a source as training saw it: pieces, EOS, then PAD. `settings`
 (`keras_transformer.decoding_settings.DecodingSettings`: beam 4, alpha 0.6 by default; GREEDY
@@ -22,13 +25,17 @@ the attention maps of `visualize` and the tests' Keras-level reference.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
+from keras_transformer.constrained_search import constrained_beam_search
 from keras_transformer.decoding import beam_search, length_penalty
 from keras_transformer.greedy import greedy_search
 from keras_transformer.sampling import Sampling, sample_picker
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
+from keras_transformer.terms import term_lengths, terms_found
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 GREEDY = DecodingSettings(beam_size=1)  # dev BLEU during training, attention maps
@@ -87,6 +94,33 @@ def sample_sources(model: Transformer, source_ids: tf.Tensor, settings: Decoding
     lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)  # [batch], EOS included
     scores = log_probs / length_penalty(lengths, settings.alpha)
     return tf.where(empty[:, None], PAD_ID, ids), tf.where(empty, 0.0, scores)
+
+
+class TermsDecoded(NamedTuple):
+    target_ids: tf.Tensor  # int32 [batch, time], as decode_sources gives them
+    score: tf.Tensor       # float32 [batch]
+    terms_fit: tf.Tensor   # bool [batch]: the terms' pieces within the output limit
+    term_found: tf.Tensor  # bool [batch, terms]: the term's pieces in target_ids (no term: true)
+
+
+def decode_with_terms(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
+                      term_ids: tf.Tensor, word_end: tf.Tensor | None = None) -> TermsDecoded:
+    """Like `decode_sources`, each translation holding its sentence's terms (term_ids int
+    [batch, terms, pieces], each term's pieces then PAD; a row of PAD: no term), by
+    constrained beam search. A sentence whose terms have more pieces in all than its maximum
+    output length (`settings.output_limit`) is decoded without them and `terms_fit` false;
+    `term_found` tells which terms the translation holds. `word_end` bool [vocab]: the pieces
+    that may follow a term (`constrained_beam_search`)."""
+    cache, max_lengths, empty = _encoded(model, source_ids, settings)
+    term_ids = tf.cast(term_ids, tf.int32)
+    fit = tf.reduce_sum(term_lengths(term_ids, PAD_ID), axis=1) <= max_lengths  # [batch]
+    ids, scores = constrained_beam_search(
+        _scoring(model), cache, max_lengths, tf.where(fit[:, None, None], term_ids, PAD_ID),
+        beam_size=settings.beam_size, bos_id=BOS_ID, eos_id=EOS_ID, alpha=settings.alpha,
+        pad_id=PAD_ID, stop=settings.stop, word_end=word_end)  # [batch, beam, time] ...
+    ids = tf.where(empty[:, None], PAD_ID, ids[:, 0])  # [batch, time]
+    return TermsDecoded(ids, tf.where(empty, 0.0, scores[:, 0]), fit,
+                        terms_found(ids, term_ids, PAD_ID, word_end))
 
 
 def _encoded(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings

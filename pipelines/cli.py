@@ -96,6 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     translate.add_argument("--markup", action="store_true",
                            help="lines with inline tags (<b>..</b>, <x id=\"1\"/>): translate "
                            "the text, put each tag back around the aligned words")
+    translate.add_argument("--glossary", metavar="FILE",
+                           help="a TSV of SOURCE TERM<TAB>TARGET TERM: each source term found "
+                           "in a line (whole words, case-sensitive) puts its target term in the "
+                           "translation (SavedModel only)")
     translate.add_argument("--output", metavar="FILE",
                            help="write to FILE instead of stdout; a FILE that an interrupted "
                            "job left is continued after the lines it holds whole")

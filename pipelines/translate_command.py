@@ -18,6 +18,7 @@ from pipelines import InputError
 from pipelines.gpu import warn_unused_gpu_driver
 from pipelines.progress import PassProgress
 from pipelines.startup import import_tensorflow_quietly
+from pipelines.translate_glossary import GlossaryTranslator, check_glossary
 from pipelines.translate_markup import aligned_rows, check_markup
 from pipelines.translate_stream import (InputLines, LineNotes, TranslateWindow,
                                         resumed_output, translate_windows)
@@ -43,6 +44,7 @@ def translate_command(args: argparse.Namespace) -> int:
     pieces = _check_scores(args, runtime, directory)
     sampling = _sampling(args, runtime, directory)
     _check_alignments(args, runtime, directory)
+    glossary = check_glossary(args, runtime, directory)
     stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     with stream:
         size = None if args.input == "-" else Path(args.input).stat().st_size
@@ -62,8 +64,10 @@ def translate_command(args: argparse.Namespace) -> int:
             import_tensorflow_quietly()
             warn_unused_gpu_driver("translate", "translating")
         translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
+        termed = None if glossary is None else GlossaryTranslator(
+            translator, glossary, "stdin" if args.input == "-" else args.input, args.batch_size)
         cut, translate = _noting_cut_lines(
-            _window_translator(translator, args, prefixes, pieces, sampling), runtime,
+            _window_translator(translator, args, prefixes, pieces, sampling, termed), runtime,
             directory)
         with resumed_output(output, args.n_best or 1) as (done, out):
             if done:
@@ -115,8 +119,10 @@ def _noting_cut_lines(translate: TranslateWindow, runtime: str,
 
 def _window_translator(translator, args: argparse.Namespace, prefixes: list[str] | None,
                        pieces: Callable[[int], str] | None,
-                       sampling: SamplingSettings | None) -> TranslateWindow:
-    """The output of a window of lines: translations (drawn at random with `sampling`),
+                       sampling: SamplingSettings | None,
+                       termed: GlossaryTranslator | None = None) -> TranslateWindow:
+    """The output of a window of lines: translations (drawn at random with `sampling`, holding
+    their glossary terms with `termed`),
     `SCORE<TAB>TRANSLATION` rows with --scores (and `<TAB>PIECE=LOG_PROB ...` with `pieces`:
     id -> piece), n-best rows `LINE ||| TEXT ||| SCORE` (LINE counting input lines from 0), or
     translations that begin with their prefixes."""
@@ -127,9 +133,12 @@ def _window_translator(translator, args: argparse.Namespace, prefixes: list[str]
         if sampling is not None and not (args.scores or pieces):
             return [text + "\n" for text, _ in translator.sampled_lines(
                 lines, sampling, first, args.batch_size)]
-        if args.scores or pieces:
-            scored = (translator.sampled_lines(lines, sampling, first, args.batch_size)
+        if args.scores or pieces or termed:
+            scored = (termed.scored_lines(lines, first) if termed else
+                      translator.sampled_lines(lines, sampling, first, args.batch_size)
                       if sampling else translator.scored_lines(lines, args.batch_size))
+            if not (args.scores or pieces):
+                return [text + "\n" for text, _ in scored]
             rows = [f"{score:.4f}\t{text}" for text, score in scored]
             if pieces:
                 pairs = [(line, text) for line, (text, _) in zip(lines, scored)]

@@ -41,7 +41,7 @@ def test_reloaded_signatures_equal_keras_level_beam_search(loaded, export_transl
                                                            keras_reference):
     assert set(loaded.signatures) == {"serving_default", "translate_ids", "translate_nbest",
                                       "translate_prefix", "translate_sample", "score",
-                                      "align"}
+                                      "align", "translate_terms"}
     ids = loaded.signatures["translate_ids"](
         source_ids=tf.constant(keras_reference["source_ids"]))
     np.testing.assert_array_equal(ids["target_ids"].numpy(), keras_reference["target_ids"])
@@ -76,7 +76,8 @@ def test_warmup_requests_cover_every_signature(saved_model_dir, loaded):
     requests = [log.predict_log.request for log in logs]
     assert [r.model_spec.signature_name for r in requests] == \
         ["serving_default", "translate_nbest"] * 2 + ["translate_prefix"] * 2 + \
-        ["score", "align"] * 2 + ["translate_sample"] * 2 + ["translate_ids"] * 2
+        ["score", "align"] * 2 + ["translate_terms"] * 2 + ["translate_sample"] * 2 + \
+        ["translate_ids"] * 2
     assert all(r.model_spec.name == "tiny" for r in requests)
     for request in requests:  # each runs against its signature
         inputs = {name: tf.make_ndarray(tensor) for name, tensor in request.inputs.items()}

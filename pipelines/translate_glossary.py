@@ -1,0 +1,84 @@
+"""`keras-transformer translate --glossary FILE`: each line's glossary terms
+(`export.glossary`) forced into its translation by the SavedModel's `translate_terms`
+signature (constrained beam search); the glossary and the options checked before any work, and
+a term that could not be used reported on stderr, one line each (`INPUT:LINE: ...`).
+
+With --scores and --tokens a row scores the constrained translation; --n-best,
+--prefix-file, --sampling-*, --alignments and --markup are refused (none has a constrained
+search), and so are ONNX Runtime and CTranslate2 (no constrained search in their graphs)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from export.glossary import Glossary, GlossaryError, TermTranslation
+from pipelines import InputError
+
+RUNTIME_NAMES = {"onnx": "an ONNX export", "ct2": "a CTranslate2 export"}
+
+
+def check_glossary(args: argparse.Namespace, runtime: str, directory: Path) -> Glossary | None:
+    """The glossary of --glossary (None without it), read whole, and the options it comes with.
+
+    Raises:
+        InputError: a glossary line that is not `SOURCE<TAB>TARGET` (FILE:LINE), an option it
+            cannot go with, or a runtime other than tf.
+    """
+    if not args.glossary:
+        return None
+    if (args.n_best is not None or args.prefix_file or args.alignments or args.markup
+            or args.sampling_topk is not None or args.sampling_topp is not None
+            or args.sampling_temperature is not None):
+        raise InputError("--glossary: not with --n-best, --prefix-file, --sampling-*, "
+                         "--alignments or --markup")
+    if runtime != "tf":
+        raise InputError(f"--glossary: {directory} is {RUNTIME_NAMES[runtime]}, which has no "
+                         f"constrained search; use --runtime tf (the SavedModel's "
+                         f"translate_terms signature)")
+    try:
+        return Glossary.read(Path(args.glossary))
+    except GlossaryError as error:
+        raise InputError(f"--glossary {error}") from None
+
+
+class GlossaryTranslator:
+    """Translates windows of lines with their glossary terms, reporting on stderr each line
+    whose terms did not fit its output limit or are missing from its translation."""
+
+    def __init__(self, translator: Any, glossary: Glossary, input_name: str,
+                 batch_size: int) -> None:
+        self.translator = translator
+        self.glossary = glossary
+        self.input_name = input_name
+        self.batch_size = batch_size
+
+    def scored_lines(self, lines: list[str], first: int) -> list[tuple[str, float]]:
+        """(translation, score) of each line of a window whose first line is line first + 1."""
+        from export.signature_outputs import termed_in_batches
+
+        terms = [self.glossary.target_terms(line) for line in lines]
+        results = termed_in_batches(self.translator.translate_terms, lines, terms,
+                                    self.batch_size)
+        for index, (line_terms, result) in enumerate(zip(terms, results)):
+            problem = term_problem(line_terms, result)
+            if problem:
+                print(f"keras-transformer translate: {self.input_name}:{first + index + 1}: "
+                      f"{problem}", file=sys.stderr)
+        return [(result.translation, result.score) for result in results]
+
+
+def term_problem(terms: list[str], result: TermTranslation) -> str | None:
+    """What went wrong with a line's terms, or None when its translation holds them all."""
+    if not result.terms_fit:
+        return (f"glossary terms {', '.join(map(_quoted, terms))} do not fit in the line's "
+                f"output limit (source length + extra_length); translated without them")
+    missing = [term for term, found in zip(terms, result.term_found) if not found]
+    if missing:
+        return f"glossary terms {', '.join(map(_quoted, missing))} missing from the translation"
+    return None
+
+
+def _quoted(term: str) -> str:
+    return '"' + term + '"'

@@ -49,11 +49,12 @@ class Variant:
     warmup_factor: float = 1.0
 
 
+# Relative to the demo's recipe: pre-norm at twice the rate of eq. 3, dropout 0.1, 8,000 pieces.
 VARIANTS: dict[str, Variant] = {
     "base": Variant(),
-    "lr2": Variant(learning_rate_factor=2.0),
-    "prenorm": Variant(model={"norm_first": True}),
-    "prenorm-lr2": Variant(model={"norm_first": True}, learning_rate_factor=2.0),
+    "postnorm-lr1": Variant(model={"norm_first": False}, learning_rate_factor=0.5),  # paper's
+    "postnorm": Variant(model={"norm_first": False}),
+    "prenorm-lr1": Variant(learning_rate_factor=0.5),
     "warmup-half": Variant(warmup_factor=0.5),  # the peak rate x sqrt(2) (eq. 3)
     "warmup-double": Variant(warmup_factor=2.0),
     "dropout0": Variant(model={"dropout": 0.0}),

@@ -176,9 +176,10 @@ def test_model_dtype_defaults_to_auto_resolved_for_the_machine(tmp_path, monkeyp
 
 def test_the_model_section_overrides_model_config_fields():
     model = load_config("demo").model
-    assert model.preset == "auto" and model.overrides() == {"dropout": 0.1}
+    assert model.preset == "auto"
+    assert model.overrides() == {"dropout": 0.1, "norm_first": True}
     assert model.model_config(vocab_size=8000) == ModelConfig.from_preset(
-        "small", vocab_size=8000, dropout=0.1)
+        "small", vocab_size=8000, dropout=0.1, norm_first=True)
     section_keys = {field.name for field in dataclasses.fields(ModelSection)}
     config_keys = {field.name for field in dataclasses.fields(ModelConfig)}
     assert section_keys == config_keys - {"vocab_size", "pad_id"} | {"preset", "dtype"}

@@ -43,8 +43,8 @@ def translate_command(args: argparse.Namespace) -> int:
         _check_n_best(args.n_best, runtime, directory, args.beam)
     pieces = _check_scores(args, runtime, directory)
     sampling = _sampling(args, runtime, directory)
-    _check_alignments(args, runtime, directory)
-    glossary = check_glossary(args, runtime, directory)
+    _check_alignments(args, runtime, directory, sampling is not None)
+    glossary = check_glossary(args, runtime, directory, sampling is not None)
     stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     with stream:
         size = None if args.input == "-" else Path(args.input).stat().st_size
@@ -196,8 +196,10 @@ def _sampling(args: argparse.Namespace, runtime: str,
     return sampling
 
 
-def _check_alignments(args: argparse.Namespace, runtime: str, directory: Path) -> None:
-    """Refuses, before any work, --alignments or --markup where they cannot apply.
+def _check_alignments(args: argparse.Namespace, runtime: str, directory: Path,
+                      sampling: bool) -> None:
+    """Refuses, before any work, --alignments or --markup where they cannot apply (`sampling`:
+    a --sampling-* option was given).
 
     Raises:
         InputError: with --n-best, --prefix-file, --scores, --tokens or sampling, or from
@@ -206,9 +208,7 @@ def _check_alignments(args: argparse.Namespace, runtime: str, directory: Path) -
     if not (args.alignments or args.markup):
         return
     option = "--markup" if args.markup else "--alignments"
-    if (args.n_best is not None or args.prefix_file or args.scores or args.tokens
-            or args.sampling_topk is not None or args.sampling_topp is not None
-            or args.sampling_temperature is not None):
+    if args.n_best is not None or args.prefix_file or args.scores or args.tokens or sampling:
         raise InputError(f"{option}: not with --n-best, --prefix-file, --scores, --tokens or "
                          f"--sampling-*")
     if runtime == "onnx":

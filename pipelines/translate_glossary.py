@@ -19,8 +19,10 @@ from pipelines import InputError
 RUNTIME_NAMES = {"onnx": "an ONNX export", "ct2": "a CTranslate2 export"}
 
 
-def check_glossary(args: argparse.Namespace, runtime: str, directory: Path) -> Glossary | None:
-    """The glossary of --glossary (None without it), read whole, and the options it comes with.
+def check_glossary(args: argparse.Namespace, runtime: str, directory: Path,
+                   sampling: bool) -> Glossary | None:
+    """The glossary of --glossary (None without it), read whole, and the options it comes with
+    (`sampling`: a --sampling-* option was given).
 
     Raises:
         InputError: a glossary line that is not `SOURCE<TAB>TARGET` (FILE:LINE), an option it
@@ -29,8 +31,7 @@ def check_glossary(args: argparse.Namespace, runtime: str, directory: Path) -> G
     if not args.glossary:
         return None
     if (args.n_best is not None or args.prefix_file or args.alignments or args.markup
-            or args.sampling_topk is not None or args.sampling_topp is not None
-            or args.sampling_temperature is not None):
+            or sampling):
         raise InputError("--glossary: not with --n-best, --prefix-file, --sampling-*, "
                          "--alignments or --markup")
     if runtime != "tf":

@@ -114,6 +114,9 @@ def test_alignments_and_markup_are_refused_before_any_work(exported, tmp_path, c
              f"ct2"),
             ([str(exported.saved_model), "--markup", "--n-best", "2"],
              "--markup: not with --n-best, --prefix-file, --scores, --tokens or --sampling-*"),
+            ([str(exported.saved_model), "--alignments", "--sampling-topk", "5"],
+             "--alignments: not with --n-best, --prefix-file, --scores, --tokens or "
+             "--sampling-*"),
             ([str(exported.saved_model), "--markup"],
              f"{source}:2: <i> is not closed by the end of the line")]:
         assert main(["translate", args[0], str(source), *args[1:], "--output",

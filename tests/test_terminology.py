@@ -131,6 +131,9 @@ def test_a_bad_glossary_or_option_is_refused_before_any_work(exported, tmp_path,
              f"signature)"),
             ([str(exported.saved_model), "--glossary", str(glossary), "--n-best", "2"],
              "--glossary: not with --n-best, --prefix-file, --sampling-*, --alignments or "
+             "--markup"),
+            ([str(exported.saved_model), "--glossary", str(glossary), "--sampling-topk", "5"],
+             "--glossary: not with --n-best, --prefix-file, --sampling-*, --alignments or "
              "--markup")]:
         assert main(["translate", args[0], str(source), *args[1:], "--output",
                      str(output)]) == 2

@@ -7,6 +7,7 @@ from pathlib import Path
 from pipelines.paths import RunPaths
 
 SAVED_MODEL_DTYPES = {"tf": "float32", "tf-bfloat16": "mixed_bfloat16"}
+XLA_MAX_BATCH = 1024  # tf-xla: the SavedModel whose beam search runs compiled at every batch
 
 
 def find_model(config_name: str, scratch: Path,
@@ -58,6 +59,10 @@ def find_model(config_name: str, scratch: Path,
             model, _ = load_model_for_inference(config, dtype=dtype)
             directories[runtime] = export_saved_model(run_translator(config, model),
                                                       scratch / f"saved_model_{dtype}")
+    if "tf-xla" in runtimes:
+        model, _ = load_model_for_inference(config)
+        directories["tf-xla"] = export_saved_model(run_translator(config, model, XLA_MAX_BATCH),
+                                                   scratch / "saved_model_xla")
     return directories, about
 
 

@@ -18,7 +18,9 @@ tokenized beforehand and decoded as ids (pieces for CTranslate2), in batches of 
 lengths as `translate_lines` makes them; target tokens are counted with their EOS (a
 CTranslate2 hypothesis with one EOS more: it returns none). BLEU (sacrebleu, detokenized
 output against the reference) comes from the largest batch size's run. One warm-up batch per
-batch size is not timed; at batch 1 each sentence runs twice and the length table takes the
+batch size is not timed (`tf-xla`, the SavedModel whose beam search XLA compiles at every
+batch size, `export.saved_model_xla_max_batch`: every batch, so that each shape is compiled
+before the timing); at batch 1 each sentence runs twice and the length table takes the
 faster run (other processes share the CPU).
 """
 from __future__ import annotations
@@ -37,7 +39,8 @@ import numpy as np
 
 from decode_models import find_model, test_split  # bench/decode_models.py
 
-RUNTIMES = {"tf": "SavedModel", "tf-bfloat16": "SavedModel", "onnx": "model.onnx",
+RUNTIMES = {"tf": "SavedModel", "tf-bfloat16": "SavedModel", "tf-xla": "SavedModel",
+            "onnx": "model.onnx",
             "onnx-int8": "model_int8.onnx", "ct2-float32": "CTranslate2", "ct2-int8": "CTranslate2"}
 LENGTH_BUCKET = 10  # output tokens per row of the length table
 REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a busy machine)
@@ -51,7 +54,9 @@ def worker(runtime: str, model_dir: Path, sources: list[list[int]], batch_size: 
     translate_ids = _translate_ids_function(runtime, model_dir, threads)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-    translate_ids([sources[i] for i in batches[len(batches) // 2]])  # warm-up
+    warmup = batches if runtime == "tf-xla" else batches[len(batches) // 2:][:1]
+    for indices in warmup:  # tf-xla: every shape compiled first, as a server's warm-up does
+        translate_ids([sources[i] for i in indices])
     results = []
     for indices in batches:
         seconds = []

@@ -38,6 +38,7 @@ from export.scores import Pair, PairScore, score_in_batches
 from export.signature_outputs import (aligned_in_batches, nbest_pairs, prefixed_in_batches,
                                      scored_batch, translated_text)
 from export.translator import Translator
+from keras_transformer.compiled_search import bucket_sources
 from export.versions import publish_version, staging_directory
 from keras_transformer.decoding_settings import SamplingSettings
 from keras_transformer.model import Transformer
@@ -82,7 +83,8 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
 
 def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
                  model_name: str) -> None:
-    """TF Serving's warm-up file: PredictionLog records for every signature."""
+    """TF Serving's warm-up file: PredictionLog records for every signature (and with XLA,
+    one source of each width the compiled search pads to)."""
     from tensorflow_serving.apis import prediction_log_pb2
 
     batches = [np.array(texts[:1], object), np.array(texts, object)]
@@ -102,6 +104,9 @@ def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
         tf.constant(batch), translator.spm_model_proto,
                                         translator.settings.max_source_length)},
         "translate_ids") for batch in batches]
+    if translator.xla_max_batch:  # one source of each padded width: XLA compiles each once
+        requests += [predict_request(model_name, {"source_ids": ids}, "translate_ids")
+                     for ids in bucket_sources(translator.settings.max_source_length)]
     with tf.io.TFRecordWriter(str(path)) as writer:
         for request in requests:
             log = prediction_log_pb2.PredictionLog(

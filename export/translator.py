@@ -65,6 +65,8 @@ from export.lines import scored_in_batches, translate_in_batches
 from export.text import encode_text
 from export.metadata import ExportMetadata
 from export.scores import Pair, PairScore, score_in_batches
+from export.signature_specs import (IDS_SPEC, PREFIX_SPEC, SAMPLING_SPECS, TARGET_IDS_SPEC,
+                                    TARGET_SPEC, TEXT_SPEC, Untracked)
 from export.signature_outputs import (aligned_in_batches, nbest_pairs, prefixed_in_batches,
                                      scored_batch, translated_text)
 from export.terminology import TERMS_SPEC, translate_with_terms
@@ -72,27 +74,11 @@ from export.word_alignment import starts_word
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.alignment import align_targets
+from keras_transformer.compiled_search import compiled_search, decode_hypotheses_compiled
 from keras_transformer.scoring import score_targets
 from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, vocabulary
 from keras_transformer.sampling import Sampling
 from keras_transformer.translate import decode_hypotheses, sample_sources
-
-TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
-PREFIX_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
-TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
-SAMPLING_SPECS = [tf.TensorSpec([None], tf.int32, name="top_k"),
-                  tf.TensorSpec([None], tf.float32, name="top_p"),
-                  tf.TensorSpec([None], tf.float32, name="temperature"),
-                  tf.TensorSpec([None], tf.int64, name="seed")]
-IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
-TARGET_IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_pieces")
-
-
-class _Untracked:
-    """Holds an object out of reach of tf.Module's dependency tracking."""
-
-    def __init__(self, value: object) -> None:
-        self.value = value
 
 
 class Translator(tf.Module):
@@ -105,16 +91,22 @@ class Translator(tf.Module):
         spm_model_proto: the bytes of the run's SentencePiece model.
         settings: the search and its limits (beam 4, alpha 0.6 by default); its
             max_source_length is resolved against the model's max_length.
+        xla_max_batch: batches of up to this many sources are beam-searched by one
+            XLA-compiled program (`keras_transformer.compiled_search`; a SavedModel served
+            with XLA: README, "Serving"); 0: none (every runtime runs the graph).
     """
 
     def __init__(self, model: Transformer, spm_model_proto: bytes,
                  settings: DecodingSettings = DecodingSettings(),
-                 name: str = "translator") -> None:
+                 name: str = "translator", xla_max_batch: int = 0) -> None:
         super().__init__(name=name)
         self.settings = settings.for_model(model.model_config.max_length)
         self.spm_model_proto = spm_model_proto
         self.model_variables = [variable.value for variable in model.variables]  # tf.Variable
-        self._model = _Untracked(model)
+        self._model = Untracked(model)
+        self.xla_max_batch = xla_max_batch
+        self._compiled = Untracked(compiled_search(model, self.settings) if xla_max_batch
+                                   else None)
 
     @property
     def model(self) -> Transformer:
@@ -124,7 +116,7 @@ class Translator(tf.Module):
         """The decoding settings, the model config and its Keras dtype policy, as exports
         record them."""
         return ExportMetadata(self.settings, self.model.model_config,
-                              self.model.dtype_policy.name)
+                              self.model.dtype_policy.name, self.xla_max_batch)
 
     @tf.function(input_signature=[IDS_SPEC])
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -257,6 +249,9 @@ class Translator(tf.Module):
                    ) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: source ids [batch, time] (and forced target prefixes [batch, prefix])
         -> the n-best lists (target ids [batch, beam, time], scores [batch, beam])."""
+        if self.xla_max_batch and prefix_ids is None:
+            return decode_hypotheses_compiled(self.model, source_ids, self.settings,
+                                              self._compiled.value, self.xla_max_batch)
         return decode_hypotheses(self.model, source_ids, self.settings, prefix_ids)
 
     def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:

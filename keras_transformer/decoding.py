@@ -57,7 +57,7 @@ cache at time 0).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
@@ -143,7 +143,7 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
 
     def steps_until_one_is_done(state: SearchState) -> tuple[SearchState]:
         def none_done(beams: BeamState) -> tf.Tensor:
-            return ~tf.reduce_any(_beam_done(beams, state.max_lengths, alpha, stop))
+            return ~tf.reduce_any(beam_done(beams, state.max_lengths, alpha, stop))
 
         def step(beams: BeamState) -> tuple[BeamState]:
             return (_beam_step(beams, symbols_to_logits_fn, state.max_lengths,
@@ -164,7 +164,7 @@ def _retire(state: SearchState, *, beam_size: int, alpha: float, pad_id: int,
     """Writes the final beams of the sentences that are done into the output and drops them
     from the search: every tensor of the active sentences (their cache too) is gathered."""
     beams = state.beams
-    done = _beam_done(beams, state.max_lengths, alpha, stop)  # [active]
+    done = beam_done(beams, state.max_lengths, alpha, stop)  # [active]
     has_finished = beams.finished_scores[:, 0] > NEG_INF / 2  # [active]
     alive_scores = beams.alive_log_probs / length_penalty(beams.step, alpha)  # [active, beam]
     seq = tf.where(has_finished[:, None, None], beams.finished_seq,
@@ -203,10 +203,12 @@ def _output_lengths(ids: tf.Tensor, max_lengths: tf.Tensor, eos_id: int) -> tf.T
     return tf.minimum(first_eos, max_lengths)
 
 
-def _beam_done(state: BeamState, max_lengths: tf.Tensor, alpha: float, stop: str) -> tf.Tensor:
+def beam_done(state: BeamState | Any, max_lengths: tf.Tensor, alpha: float,
+              stop: str) -> tf.Tensor:
     """bool [batch]: the sentence reached its maximum length, or its finished set is full and,
     with stop "bound", no alive hypothesis can still beat the worst finished one
-    (tensor2tensor's bound)."""
+    (tensor2tensor's bound). `state`: a BeamState, or any state with its step,
+    alive_log_probs and finished_scores (`keras_transformer.static_search`)."""
     worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [batch], NEG_INF if any empty
     if stop == "full":
         return (state.step >= max_lengths) | (worst_finished > NEG_INF / 2)

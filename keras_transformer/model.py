@@ -158,25 +158,31 @@ class Transformer(keras.Model):
             x = self.decoder_norm(x)
         return x, scores
 
-    def init_cache(self, memory: tf.Tensor, memory_mask: tf.Tensor) -> Cache:
+    def init_cache(self, memory: tf.Tensor, memory_mask: tf.Tensor,
+                   length: tf.Tensor | int = 0) -> Cache:
         """The decoding cache for `memory` [batch, src_time, d_model]: every tensor in it has
-        the batch as its leading dimension, so beam search can tile and reorder it."""
+        the batch as its leading dimension, so beam search can tile and reorder it. `length`
+        > 0: self-attention caches of that fixed size (`decode_step(..., fixed=True)`, under
+        XLA only), else growing ones."""
         cache: Cache = {"memory_mask": memory_mask}
         for i, layer in enumerate(self.decoder_layers):
-            cache[f"layer_{i}"] = layer.init_cache(memory)
+            cache[f"layer_{i}"] = layer.init_cache(memory, length)
         return cache
 
     def decode_step(self, ids: tf.Tensor, step: tf.Tensor | int, cache: Cache,
-                    output_kernel: tf.Tensor | None = None) -> tuple[tf.Tensor, Cache]:
+                    output_kernel: tf.Tensor | None = None,
+                    fixed: bool = False) -> tuple[tf.Tensor, Cache]:
         """Decodes position `step` given its input token ids [batch]: returns float32 logits
-        [batch, vocab] for the next token and the cache extended by one position.
-        `output_kernel`: `embedding.output_kernel()`, computed once before a decoding loop
-        (else the embedding is transposed at every step)."""
+        [batch, vocab] for the next token and the cache extended by one position (`fixed`:
+        written at position `step` of a fixed-size cache). `output_kernel`:
+        `embedding.output_kernel()`, computed once before a decoding loop (else the
+        embedding is transposed at every step)."""
         x = self.target_positions(self.embedding(ids[:, None]), start=step)  # [b, 1, d]
         new_cache: Cache = {"memory_mask": cache["memory_mask"]}
         for i, layer in enumerate(self.decoder_layers):
             x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"],
-                                                     cache["memory_mask"])
+                                                     cache["memory_mask"],
+                                                     step if fixed else None)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.embedding.logits(x, output_kernel)[:, 0], new_cache  # [b, vocab] float32

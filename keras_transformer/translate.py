@@ -73,7 +73,7 @@ def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, settings: Decod
     goes on from them; a row of PAD forces nothing, so a sentence decodes exactly as without
     it. A prefix is cut at the sentence's maximum output length.
     """
-    cache, max_lengths, empty = _encoded(model, source_ids, settings)
+    cache, max_lengths, empty = encode_for_search(model, source_ids, settings)
     if prefix_ids is not None:
         cache[PREFIX_KEY] = tf.pad(tf.cast(prefix_ids, tf.int32), [[0, 0], [0, 1]])  # PAD last
     ids, scores = beam_search(_scoring(model), cache, max_lengths, beam_size=settings.beam_size,
@@ -88,7 +88,7 @@ def sample_sources(model: Transformer, source_ids: tf.Tensor, settings: Decoding
     `settings` (its beam size and stop rule unused): target ids int32 [batch, time] and the
     summed log-probability of the model (at temperature 1) divided by the GNMT penalty, as
     beam search scores; a source with no piece gives a row of PAD and score 0."""
-    cache, max_lengths, empty = _encoded(model, source_ids, settings)
+    cache, max_lengths, empty = encode_for_search(model, source_ids, settings)
     ids, log_probs = greedy_search(_scoring(model), cache, max_lengths, bos_id=BOS_ID,
                                    eos_id=EOS_ID, pad_id=PAD_ID, pick=sample_picker(sampling))
     lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)  # [batch], EOS included
@@ -111,7 +111,7 @@ def decode_with_terms(model: Transformer, source_ids: tf.Tensor, settings: Decod
     output length (`settings.output_limit`) is decoded without them and `terms_fit` false;
     `term_found` tells which terms the translation holds. `word_end` bool [vocab]: the pieces
     that may follow a term (`constrained_beam_search`)."""
-    cache, max_lengths, empty = _encoded(model, source_ids, settings)
+    cache, max_lengths, empty = encode_for_search(model, source_ids, settings)
     term_ids = tf.cast(term_ids, tf.int32)
     fit = tf.reduce_sum(term_lengths(term_ids, PAD_ID), axis=1) <= max_lengths  # [batch]
     ids, scores = constrained_beam_search(
@@ -123,10 +123,11 @@ def decode_with_terms(model: Transformer, source_ids: tf.Tensor, settings: Decod
                         terms_found(ids, term_ids, PAD_ID, word_end))
 
 
-def _encoded(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings
-             ) -> tuple[dict, tf.Tensor, tf.Tensor]:
+def encode_for_search(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
+                      cache_length: tf.Tensor | int = 0) -> tuple[dict, tf.Tensor, tf.Tensor]:
     """(the decoding cache of the encoded sources, each one's maximum output length [batch],
-    whether it has no piece [batch]), sources cut to the settings' limit."""
+    whether it has no piece [batch]), sources cut to the settings' limit; `cache_length` > 0:
+    fixed-size self-attention caches (`Transformer.init_cache`)."""
     max_length = model.model_config.max_length
     source_ids = tf.cast(source_ids, tf.int32)
     source_ids = source_ids[:, :settings.source_limit(max_length)]  # [batch, source]
@@ -135,7 +136,7 @@ def _encoded(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettin
     empty = tf.reduce_all(~is_real | (source_ids == EOS_ID), axis=1)  # [batch]
     max_lengths = tf.where(empty, 0, settings.output_limit(lengths, max_length))  # [batch]
     memory, memory_mask = model.encode(source_ids, training=False)
-    return model.init_cache(memory, memory_mask), max_lengths, empty
+    return model.init_cache(memory, memory_mask, cache_length), max_lengths, empty
 
 
 def _scoring(model: Transformer):

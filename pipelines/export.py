@@ -52,15 +52,19 @@ class ExportSummary:
     beam_size: int
     alpha: float
     seconds: float
+    saved_model_xla_max_batch: int = 0  # export.saved_model_xla_max_batch
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
         lines = [f"exported {self.checkpoint} (beam {self.beam_size}, alpha {self.alpha}) "
                  f"in {self.seconds:.0f} s"]
         if self.saved_model:
+            xla = (f"; XLA up to batch {self.saved_model_xla_max_batch}: serve with "
+                   f"--xla_cpu_compilation_enabled=true" if self.saved_model_xla_max_batch
+                   else "")
             lines.append(f"  saved_model  {self.saved_model} (TF Serving: "
                          f"{self.saved_model.parent.parent / 'models.config'}; "
-                         f"{self.saved_model_dtype})")
+                         f"{self.saved_model_dtype}{xla})")
         if self.onnx:
             lines.append(f"  onnx         {self.onnx}/{{model,model_int8,translator,score}}.onnx")
         if self.ctranslate2:
@@ -94,8 +98,9 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     translator = run_translator(config, model)
     saved_model = onnx = ctranslate2 = None
     if "saved_model" in formats:
-        served = translator if first_dtype == dtype else run_translator(
-            config, load_model_for_inference(config, checkpoint, dtype)[0])
+        served = run_translator(config, model if first_dtype == dtype else
+                                load_model_for_inference(config, checkpoint, dtype)[0],
+                                config.export.saved_model_xla_max_batch)
         with tf_write_errors(paths.saved_model):
             saved_model = export_saved_model(served, paths.saved_model,
                                              warmup_text=_warmup_text(paths),
@@ -114,7 +119,7 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
             lambda directory: export_ctranslate2(translator, directory), paths.ctranslate2)
     return ExportSummary(checkpoint, saved_model, dtype_reason, onnx, ctranslate2,
                          config.evaluate.beam_size, config.evaluate.alpha,
-                         time.perf_counter() - start)
+                         time.perf_counter() - start, config.export.saved_model_xla_max_batch)
 
 
 def _write_directory(write: Callable[[Path], object], target: Path) -> Path:

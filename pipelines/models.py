@@ -88,8 +88,10 @@ def load_model_for_inference(config: PipelineConfig, checkpoint: str | None = No
     return model, checkpoint
 
 
-def run_translator(config: PipelineConfig, model: Transformer) -> Translator:
+def run_translator(config: PipelineConfig, model: Transformer,
+                   xla_max_batch: int = 0) -> Translator:
     """The run's beam-search Translator of `model`: the `evaluate` section's decoding settings,
-    sources cut to data.max_length tokens."""
+    sources cut to data.max_length tokens (`xla_max_batch`: `Translator`'s)."""
     return Translator(model, RunPaths(config.run_path).spm_model.read_bytes(),
-                      config.evaluate.decoding(max_source_length=config.data.max_length))
+                      config.evaluate.decoding(max_source_length=config.data.max_length),
+                      xla_max_batch=xla_max_batch)

@@ -232,16 +232,25 @@ class ExportConfig:
     `auto` is bfloat16 where the exporting machine runs it natively (`model.dtype`'s rule), for
     a SavedModel served on that kind of machine: on a CPU without native bfloat16 it runs
     emulated, slower than float32. The ONNX and CTranslate2 exports are float32 (and int8).
+    `saved_model_xla_max_batch` > 0: the SavedModel beam-searches batches of up to that many
+    sources in one XLA-compiled program (`keras_transformer.compiled_search`), which TF
+    Serving runs with --xla_cpu_compilation_enabled=true on CPUs (README, "Serving"); 0 (the
+    default) serves on a stock tensorflow_model_server.
     """
 
     formats: tuple[str, ...] = EXPORT_FORMATS
     saved_model_dtype: Literal["float32", "auto", "mixed_bfloat16", "mixed_float16"] = "float32"
+    saved_model_xla_max_batch: int = 0
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.formats) - set(EXPORT_FORMATS))
         if unknown or not self.formats:
             raise FieldError("formats", f"must name {' and/or '.join(EXPORT_FORMATS)}, "
                              f"got {list(self.formats)!r}")
+        limit = self.saved_model_xla_max_batch
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise FieldError("saved_model_xla_max_batch", f"must be an integer of at least 0 "
+                             f"(0: no XLA), got {limit!r}")
 
     def resolved_saved_model_dtype(self) -> tuple[str, str]:
         """(the SavedModel's Keras dtype policy on this machine, why), as `model.dtype`'s.

@@ -127,6 +127,22 @@ def saved_model_dir(exported) -> Path:
 
 
 @pytest.fixture(scope="session")
+def xla_saved_model_dir(export_translator, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """export_translator's SavedModel with beam search compiled by XLA up to batch 4
+    (export.saved_model_xla_max_batch), its only version."""
+    from export.saved_model import export_saved_model
+    from export.translator import Translator
+    from export.versions import latest_version
+
+    def build(directory: Path) -> None:
+        export_saved_model(Translator(export_translator.model, export_translator.spm_model_proto,
+                                      export_translator.settings, xla_max_batch=4),
+                           directory, model_name="tiny")
+
+    return latest_version(shared_directory(tmp_path_factory, "xla_saved_model", build))
+
+
+@pytest.fixture(scope="session")
 def onnx_dir(exported) -> Path:
     return exported.onnx
 

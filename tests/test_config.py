@@ -81,6 +81,8 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
     (MODEL + "  preset: huge\n", 4, "model.preset", "'huge'"),
     ("data: {source: bible:en-fr}\nevaluate:\n  stop: never\n", 4, "evaluate.stop",
      "expected one of full, bound, got 'never'"),
+    ("data: {source: bible:en-fr}\nexport:\n  saved_model_xla_max_batch: -1\n", 4,
+     "export.saved_model_xla_max_batch", "at least 0 (0: no XLA), got -1"),
     (MODEL + "  preset: tiny\n  num_heads: 0\n", 5, "model.num_heads", "must be positive, got 0"),
     (MODEL + "  num_heads: 2.5\n", 4, "model.num_heads", "expected int, got 2.5"),
     (MODEL + "  dropout: 1.5\n", 4, "model.dropout", "[0, 1), got 1.5"),

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.core.protobuf import saved_model_pb2
 
 import export
 from export.metadata import ExportMetadata, saved_model_metadata
@@ -20,16 +19,7 @@ from export.translator import Translator
 from export.versions import latest_version, publish_version, staging_directory, versions
 from export_helpers import SENTENCES
 from keras_transformer.decoding_settings import DecodingSettings
-
-TEXT_OPS = Path(export.__file__).with_name("serving") / "tf_serving_text_ops.txt"
-# Names of the ops plain TensorFlow (without tensorflow-text) does not register.
-NOT_CORE = """
-import json, sys
-import tensorflow
-from tensorflow.python.framework import op_def_registry
-print(json.dumps([name for name in json.load(sys.stdin) if op_def_registry.get(name) is None]))
-"""
-
+from op_audit import compiled_functions, op_audit
 
 @pytest.fixture(scope="module")
 def loaded(saved_model_dir):
@@ -53,19 +43,12 @@ def test_reloaded_signatures_equal_keras_level_beam_search(loaded, export_transl
 
 
 def test_ops_are_core_tf_or_tf_serving_text_ops(saved_model_dir):
-    saved = saved_model_pb2.SavedModel.FromString((saved_model_dir / "saved_model.pb")
-                                                  .read_bytes())
-    graph = saved.meta_graphs[0].graph_def
-    ops = {node.op for node in graph.node}
-    ops |= {node.op for function in graph.library.function for node in function.node_def}
-    not_core = json.loads(subprocess.run([sys.executable, "-c", NOT_CORE], input=json.dumps(
-        sorted(ops)), capture_output=True, text=True, check=True).stdout)
-    allowed = {line.strip() for line in TEXT_OPS.read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
+    ops, not_core, allowed = op_audit(saved_model_dir)
     assert len(allowed) == 35
     assert {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp",
             "While"} <= ops
     assert set(not_core) <= allowed, sorted(set(not_core) - allowed)
+    assert "XlaDynamicUpdateSlice" not in ops and not compiled_functions(saved_model_dir)
 
 
 def test_warmup_requests_cover_every_signature(saved_model_dir, loaded):

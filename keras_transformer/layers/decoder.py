@@ -21,6 +21,11 @@ class DecoderLayer(EncoderLayer):
     `x, cache = layer.step(x, cache, memory_mask)` for each new position; the cache holds the
     self-attention keys/values of all earlier positions [batch, heads, time, d_k|d_v] and the
     encoder-decoder keys/values, computed once [batch, heads, source_time, d_k|d_v].
+    With `init_cache(memory, length)` the self-attention keys/values have a fixed size
+    [batch, heads, length, d_k|d_v] and `step(x, cache, memory_mask, position)` writes
+    position `position` in place, attending to positions <= `position` (one shape at every
+    step, as XLA compiles a loop; the write is XLA's DynamicUpdateSlice, so that cache runs
+    under `jit_compile` only).
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -59,29 +64,41 @@ class DecoderLayer(EncoderLayer):
             training=training)
         return (x, scores) if return_attention_scores else x
 
-    def init_cache(self, memory: tf.Tensor) -> LayerCache:
-        """The cache before the first step: empty self-attention keys/values and the
-        encoder-decoder keys/values of `memory` [batch, source_time, d_model]."""
+    def init_cache(self, memory: tf.Tensor, length: tf.Tensor | int = 0) -> LayerCache:
+        """The cache before the first step: self-attention keys/values of `length` positions
+        (0: empty, grown by each step; else fixed, zeros) and the encoder-decoder
+        keys/values of `memory` [batch, source_time, d_model]."""
         cross_key, cross_value = self.cross_attention.project_key_value(memory)
         batch = tf.shape(memory)[0]
         return {
-            "self_key": tf.zeros([batch, self.num_heads, 0, self.key_dim], cross_key.dtype),
-            "self_value": tf.zeros([batch, self.num_heads, 0, self.value_dim], cross_key.dtype),
+            "self_key": tf.zeros([batch, self.num_heads, length, self.key_dim], cross_key.dtype),
+            "self_value": tf.zeros([batch, self.num_heads, length, self.value_dim],
+                                   cross_key.dtype),
             "cross_key": cross_key,
             "cross_value": cross_value,
         }
 
-    def step(self, x: tf.Tensor, cache: LayerCache,
-             memory_mask: tf.Tensor | None = None) -> tuple[tf.Tensor, LayerCache]:
-        """Decodes one position: x [batch, 1, d_model] -> ([batch, 1, d_model], new cache)."""
+    def step(self, x: tf.Tensor, cache: LayerCache, memory_mask: tf.Tensor | None = None,
+             position: tf.Tensor | None = None) -> tuple[tf.Tensor, LayerCache]:
+        """Decodes one position: x [batch, 1, d_model] -> ([batch, 1, d_model], new cache);
+        `position` int32 []: the position to write in a fixed-size cache (None: grow it)."""
         new_cache = dict(cache)
 
         def attend_to_prefix(h: tf.Tensor) -> tf.Tensor:
             key, value = self.self_attention.project_key_value(h)  # [b, h, 1, d]
-            new_cache["self_key"] = tf.concat([cache["self_key"], key], axis=2)
-            new_cache["self_value"] = tf.concat([cache["self_value"], value], axis=2)
+            mask = None
+            if position is None:
+                new_cache["self_key"] = tf.concat([cache["self_key"], key], axis=2)
+                new_cache["self_value"] = tf.concat([cache["self_value"], value], axis=2)
+            else:
+                start = [0, 0, position, 0]
+                new_cache["self_key"] = keras.ops.slice_update(cache["self_key"], start, key)
+                new_cache["self_value"] = keras.ops.slice_update(cache["self_value"], start,
+                                                                 value)
+                length = tf.shape(cache["self_key"])[2]
+                mask = (tf.range(length) <= position)[None, None, None]  # [1, 1, 1, length]
             return self.self_attention(h, key=new_cache["self_key"],
-                                       value=new_cache["self_value"])
+                                       value=new_cache["self_value"], attention_mask=mask)
 
         x = self.self_attention_block(x, sublayer=attend_to_prefix)
         x = self.cross_attention_block(

@@ -1,0 +1,68 @@
+"""The SavedModel whose beam search XLA compiles (export.saved_model_xla_max_batch): the same
+translations as the graph's beam search through tf.saved_model.load and TF Serving's TF1
+session loader, its ops, its warm-up requests and its metadata."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from export.metadata import saved_model_metadata
+from export.saved_model import WARMUP_FILE
+from export.serving.client import predict_request
+from export_helpers import SENTENCES
+from keras_transformer.compiled_search import bucket_sources
+from op_audit import compiled_functions, op_audit
+from test_serving import SessionServer, translate
+
+
+@pytest.fixture(scope="module")
+def server(xla_saved_model_dir) -> SessionServer:
+    return SessionServer(xla_saved_model_dir)
+
+
+@pytest.mark.parametrize("rows", [[2], [0, 5, 7], list(range(len(SENTENCES)))])
+def test_predict_requests_equal_the_graphs_beam_search(server, export_translator,
+                                                      keras_reference, rows):
+    """1 and 3 sentences run compiled, 10 (above batch 4) by the graph's beam search."""
+    translations, scores = translate(server, [SENTENCES[i] for i in rows])
+    assert translations == export_translator.translate_lines([SENTENCES[i] for i in rows])
+    np.testing.assert_allclose(scores, keras_reference["score"][rows], rtol=1e-5)
+    source = keras_reference["source_ids"][rows]
+    ids = server.predict(predict_request("tiny", {"source_ids": source}, "translate_ids"))
+    target = tf.make_ndarray(ids.outputs["target_ids"])
+    expected = keras_reference["target_ids"][rows]
+    width = max(target.shape[1], expected.shape[1])
+    np.testing.assert_array_equal(np.pad(target, [[0, 0], [0, width - target.shape[1]]]),
+                                  np.pad(expected, [[0, 0], [0, width - expected.shape[1]]]))
+
+
+def test_translate_ids_ignores_the_batchers_padding(server, keras_reference):
+    """Requests merged by TF Serving's batcher, each padded with its own first id."""
+    requests = [row[None, :np.count_nonzero(row)] for row in keras_reference["source_ids"][:3]]
+    width = max(request.shape[1] for request in requests)
+    merged = np.concatenate([np.pad(request, [[0, 0], [0, width - request.shape[1]]],
+                                    constant_values=request.flat[0]) for request in requests])
+    answer = server.predict(predict_request("tiny", {"source_ids": merged}, "translate_ids"))
+    target = tf.make_ndarray(answer.outputs["target_ids"])
+    for row, expected in enumerate(keras_reference["target_ids"][:3]):
+        np.testing.assert_array_equal(target[row][target[row] != 0], expected[expected != 0])
+
+
+def test_ops_are_core_tf_text_ops_and_one_xla_write(xla_saved_model_dir):
+    ops, not_core, allowed = op_audit(xla_saved_model_dir)
+    assert set(not_core) <= allowed | {"XlaDynamicUpdateSlice"}, \
+        sorted(set(not_core) - allowed - {"XlaDynamicUpdateSlice"})
+    assert "XlaDynamicUpdateSlice" in ops
+    assert compiled_functions(xla_saved_model_dir)  # the search, marked for XLA
+
+
+def test_warmup_compiles_each_source_width_and_metadata_says_xla(xla_saved_model_dir,
+                                                                 export_translator):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    records = tf.data.TFRecordDataset(str(xla_saved_model_dir / "assets.extra" / WARMUP_FILE))
+    requests = [prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log.request
+                for r in records]
+    widths = [tf.make_ndarray(r.inputs["source_ids"]).shape for r in requests[-3:]]
+    assert widths == [ids.shape for ids in bucket_sources(40)] == [(1, 16), (1, 32), (1, 48)]
+    assert saved_model_metadata(xla_saved_model_dir).xla_max_batch == 4
+    assert saved_model_metadata(xla_saved_model_dir).settings == export_translator.settings

@@ -127,19 +127,21 @@ def saved_model_dir(exported) -> Path:
 
 
 @pytest.fixture(scope="session")
-def xla_saved_model_dir(export_translator, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """export_translator's SavedModel with beam search compiled by XLA up to batch 4
-    (export.saved_model_xla_max_batch), its only version."""
-    from export.saved_model import export_saved_model
-    from export.translator import Translator
-    from export.versions import latest_version
+def xla_export(export_translator, tmp_path_factory: pytest.TempPathFactory):
+    """`export_run` of a run of export_translator's model with export.saved_model_xla_max_batch
+    4 (beam search compiled by XLA up to batch 4), the SavedModel alone."""
+    from export_helpers import write_run
+    from pipelines.export import export_run
+    from pipelines.sections import ExportConfig
 
     def build(directory: Path) -> None:
-        export_saved_model(Translator(export_translator.model, export_translator.spm_model_proto,
-                                      export_translator.settings, xla_max_batch=4),
-                           directory, model_name="tiny")
+        config = load_config(write_run(directory, export_translator))
+        summary = export_run(dataclasses.replace(config, export=ExportConfig(
+            formats=("saved_model",), saved_model_xla_max_batch=4)))
+        (directory / "summary.pickle").write_bytes(pickle.dumps(summary))
 
-    return latest_version(shared_directory(tmp_path_factory, "xla_saved_model", build))
+    directory = shared_directory(tmp_path_factory, "xla_export", build)
+    return pickle.loads((directory / "summary.pickle").read_bytes())
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,8 @@
 """The SavedModel whose beam search XLA compiles (export.saved_model_xla_max_batch): the same
 translations as the graph's beam search through tf.saved_model.load and TF Serving's TF1
 session loader, its ops, its warm-up requests and its metadata."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,6 +14,11 @@ from export_helpers import SENTENCES
 from keras_transformer.compiled_search import bucket_sources
 from op_audit import compiled_functions, op_audit
 from test_serving import SessionServer, translate
+
+
+@pytest.fixture(scope="module")
+def xla_saved_model_dir(xla_export) -> Path:
+    return xla_export.saved_model
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +62,8 @@ def test_ops_are_core_tf_text_ops_and_one_xla_write(xla_saved_model_dir):
     assert compiled_functions(xla_saved_model_dir)  # the search, marked for XLA
 
 
-def test_warmup_compiles_each_source_width_and_metadata_says_xla(xla_saved_model_dir,
+def test_warmup_compiles_each_source_width_and_metadata_says_xla(xla_export,
+                                                                 xla_saved_model_dir,
                                                                  export_translator):
     from tensorflow_serving.apis import prediction_log_pb2
 
@@ -66,3 +74,5 @@ def test_warmup_compiles_each_source_width_and_metadata_says_xla(xla_saved_model
     assert widths == [ids.shape for ids in bucket_sources(40)] == [(1, 16), (1, 32), (1, 48)]
     assert saved_model_metadata(xla_saved_model_dir).xla_max_batch == 4
     assert saved_model_metadata(xla_saved_model_dir).settings == export_translator.settings
+    assert "; XLA up to batch 4: serve with --xla_cpu_compilation_enabled=true)" in \
+        xla_export.format()

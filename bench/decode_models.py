@@ -16,7 +16,7 @@ def find_model(config_name: str, scratch: Path,
     SavedModel of a dtype the export's is not (float32, or mixed_bfloat16 when `runtimes`
     asks for it) is built from the run's checkpoint."""
     from export.metadata import saved_model_metadata
-    from export.saved_model import export_saved_model
+    from export.saved_model import SavedModelTranslator, export_saved_model
     from export.versions import latest_version
     from pipelines.config import load_config
     from pipelines.models import load_model_for_inference, run_translator
@@ -45,8 +45,6 @@ def find_model(config_name: str, scratch: Path,
     ct2_dir = paths.export / "ctranslate2"
     if not (ct2_dir / "int8").is_dir():
         from export.ctranslate2 import export_ctranslate2
-        from export.saved_model import SavedModelTranslator
-
         ct2_dir = scratch / "ctranslate2"
         export_ctranslate2(SavedModelTranslator(version).rebuild(), ct2_dir)
     directories = {"onnx": onnx_dir, "onnx-int8": onnx_dir, "ct2-float32": ct2_dir,
@@ -59,10 +57,13 @@ def find_model(config_name: str, scratch: Path,
             model, _ = load_model_for_inference(config, dtype=dtype)
             directories[runtime] = export_saved_model(run_translator(config, model),
                                                       scratch / f"saved_model_{dtype}")
-    if "tf-xla" in runtimes:
-        model, _ = load_model_for_inference(config)
-        directories["tf-xla"] = export_saved_model(run_translator(config, model, XLA_MAX_BATCH),
-                                                   scratch / "saved_model_xla")
+    if "tf-xla" in runtimes:  # the float32 export's weights and settings, compiled search
+        from export.translator import Translator
+
+        rebuilt = SavedModelTranslator(directories.get("tf", version)).rebuild()
+        directories["tf-xla"] = export_saved_model(
+            Translator(rebuilt.model, rebuilt.spm_model_proto, rebuilt.settings,
+                       xla_max_batch=XLA_MAX_BATCH), scratch / "saved_model_xla")
     return directories, about
 
 

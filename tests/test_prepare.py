@@ -139,6 +139,35 @@ def test_shards_samples_and_a_smaller_re_prepare(tmp_path, capsys, monkeypatch):
     assert sorted(second) == sorted(first)
 
 
+def test_alignments_are_written_beside_each_shard_in_spm_words(tmp_path, capsys):
+    """data.alignments: eflomal: a .align file per shard, a line per pair, links inside both
+    sides' SentencePiece words; this corpus's word order is the same on both sides."""
+    import sentencepiece as spm
+
+    from pipelines.corpus.alignments import piece_words
+    from pipelines.corpus.shards import train_alignments
+
+    config = write_corpus(tmp_path, *numbered_corpus(600), shards=2, alignments="eflomal")
+    assert main(["prepare", str(config)]) == 0
+    assert "aligning the words of 560 train pairs with eflomal" in capsys.readouterr().out
+    data = tmp_path / "runs" / "small" / "data"
+    processor = spm.SentencePieceProcessor(model_file=str(data.parent / "vocab" / "spm.model"))
+    diagonal = total = 0
+    for (src, tgt), align in zip(train_shards(data), train_alignments(data), strict=True):
+        assert align.name == src.name.replace(".src", ".align")
+        for source, target, links in zip(read_lines(src), read_lines(tgt), read_lines(align),
+                                         strict=True):
+            sizes = len(piece_words(processor, source)), len(piece_words(processor, target))
+            pairs = [tuple(map(int, link.split("-"))) for link in links.split()]
+            assert all(i < sizes[0] and j < sizes[1] for i, j in pairs)
+            diagonal += sorted(pairs) == [(i, i) for i in range(sizes[0])]
+            total += 1
+    assert total == 560 and diagonal >= 0.9 * total
+    config.write_text(config.read_text().replace("alignments: eflomal", "alignments: none"))
+    assert main(["prepare", str(config)]) == 0
+    assert not list(data.glob("*.align"))  # a prepare without alignments removes them
+
+
 def test_a_killed_prepare_leaves_the_previous_files_whole(tmp_path):
     """SIGKILL during the writing pass: data/ keeps the earlier prepare's files, byte for
     byte; the next prepare removes the staging directory and completes."""

@@ -57,6 +57,8 @@ class PrepareSummary:
     avg_tokens: tuple[float, float]  # (source, target) pieces per sentence, BOS/EOS excluded
     padding_efficiency: tuple[float, float]  # (source, target) real / padded batch tokens
     seconds: float
+    aligner: str = "none"  # data.alignments
+    align_seconds: float = 0.0  # of `seconds`, aligning the train pairs
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -80,7 +82,8 @@ class PrepareSummary:
             f"per train sentence",
             f"  padding   source {self.padding_efficiency[0]:.3f}, target "
             f"{self.padding_efficiency[1]:.3f} real tokens per batch token",
-        ])
+        ] + ([f"  aligned   {train:,} train pairs with {self.aligner} in "
+              f"{self.align_seconds:.1f} s (data/*.align)"] if self.aligner != "none" else []))
 
 
 def prepare(config: PipelineConfig) -> PrepareSummary:
@@ -107,8 +110,10 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         with atomic_open(staged_model, "wb") as file:
             file.write(model_proto)
         too_long, avg_tokens, efficiency = _measure(splits, staged_model, config)
+        align_start = time.monotonic()
         if data.alignments != "none":
             write_alignments(staging, _shard_stems(splits), model_proto, progress.message)
+        align_seconds = time.monotonic() - align_start
         _publish(staging, paths, splits, model_proto, data.alignments)
     finally:
         progress.close()
@@ -118,7 +123,8 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         shards=len(splits.shard_pairs), sampled_pairs=splits.stats_pairs, too_long=too_long,
         max_length=data.max_length, vocab_size=Tokenizer(model_proto).vocab_size,
         vocab_type=model_type(model_proto), vocab_parent=parent.spm_model if parent else None,
-        avg_tokens=avg_tokens, padding_efficiency=efficiency, seconds=time.monotonic() - start)
+        avg_tokens=avg_tokens, padding_efficiency=efficiency, seconds=time.monotonic() - start,
+        aligner=data.alignments, align_seconds=align_seconds)
 
 
 def _learn_vocabulary(splits: Splits, data: DataConfig, progress: PassProgress) -> bytes:

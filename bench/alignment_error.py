@@ -114,22 +114,22 @@ def eflomal_links(run_dir: Path, gold: list[GoldPair]) -> list[Links]:
     (words: SentencePiece's, checked to be the gold's whitespace words)."""
     import sentencepiece as spm
 
-    from pipelines.corpus.alignments import eflomal_alignments, piece_words
+    from pipelines.corpus.alignments import eflomal_alignments, piece_words, read_split_lines
     from pipelines.paths import RunPaths
 
     paths = RunPaths(run_dir)
     processor = spm.SentencePieceProcessor(model_file=str(paths.spm_model))
     sources, targets = [], []
     for source_file, target_file in paths.train_shards():
-        for file, words in ((source_file, sources), (target_file, targets)):
-            words.extend(piece_words(processor, line.rstrip("\n"))
-                         for line in open(file, encoding="utf-8"))
-    for pair in gold:
-        for text, words in ((pair.source, sources), (pair.target, targets)):
-            words.append(piece_words(processor, text))
-            if len(words[-1]) != len(text.split()):
+        sources += piece_words(processor, read_split_lines(source_file))
+        targets += piece_words(processor, read_split_lines(target_file))
+    for side, words in ((0, sources), (1, targets)):
+        texts = [(pair.source, pair.target)[side] for pair in gold]
+        for pair, text, split in zip(gold, texts, piece_words(processor, texts)):
+            if len(split) != len(text.split()):
                 raise SystemExit(f"gold line {pair.line}: SentencePiece's words differ from the "
                                  f"whitespace words of {text!r}")
+            words.append(split)
     return [set(links) for links in eflomal_alignments(sources, targets)[-len(gold):]]
 
 

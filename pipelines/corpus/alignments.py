@@ -31,17 +31,24 @@ from pipelines import InputError
 Words = list[str]
 NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 ALIGN_SUFFIX = ".align"
+ENCODE_BATCH = 4096  # lines a SentencePiece call encodes
 
 
-def piece_words(processor: spm.SentencePieceProcessor, line: str) -> Words:
-    """The words of `line` as the graph counts them, each as its pieces joined without the
-    word-boundary mark ("▁" for a word that is the mark alone)."""
-    words: list[list[str]] = []
-    for index, piece in enumerate(processor.encode_as_pieces(line)):
-        if index == 0 or starts_word(piece):
-            words.append([])
-        words[-1].append(piece)
-    return ["".join(pieces).replace(WORD_BOUNDARY, "") or WORD_BOUNDARY for pieces in words]
+def piece_words(processor: spm.SentencePieceProcessor, lines: Sequence[str]) -> list[Words]:
+    """The words of each line as the graph counts them, each as its pieces joined without the
+    word-boundary mark ("▁" for a word that is the mark alone). Lines are encoded
+    ENCODE_BATCH at a time by SentencePiece's threads."""
+    result = []
+    for start in range(0, len(lines), ENCODE_BATCH):
+        for pieces in processor.encode(list(lines[start:start + ENCODE_BATCH]), out_type=str):
+            words: list[str] = []
+            for index, piece in enumerate(pieces):
+                if index == 0 or starts_word(piece):
+                    words.append(piece.replace(WORD_BOUNDARY, ""))
+                else:
+                    words[-1] += piece
+            result.append([word or WORD_BOUNDARY for word in words])
+    return result
 
 
 def grow_diag_final_and(forward: set[tuple[int, int]], reverse: set[tuple[int, int]]
@@ -103,8 +110,7 @@ def write_alignments(directory: Path, shard_names: Sequence[str], model_proto: b
     counts = []
     for name in shard_names:
         for side, words in (("src", sources), ("tgt", targets)):
-            with open(directory / f"{name}.{side}", encoding="utf-8") as file:
-                words.extend(piece_words(processor, line.rstrip("\n")) for line in file)
+            words.extend(piece_words(processor, read_split_lines(directory / f"{name}.{side}")))
         counts.append(len(sources) - sum(counts))
     report(f"aligning the words of {len(sources):,} train pairs with eflomal")
     alignments = eflomal_alignments(sources, targets)
@@ -115,6 +121,13 @@ def write_alignments(directory: Path, shard_names: Sequence[str], model_proto: b
             file.writelines(format_alignment(links) + "\n"
                             for links in alignments[start:start + count])
         start += count
+
+
+def read_split_lines(path: Path) -> list[str]:
+    """The lines of a split file as the data pipeline reads them: split at "\n" alone."""
+    with open(path, encoding="utf-8", newline="\n") as file:
+        lines = file.read().split("\n")
+    return lines[:-1] if lines and not lines[-1] else lines
 
 
 def _read_links(path: Path) -> list[Alignment]:

@@ -40,7 +40,8 @@ def test_the_loss_of_a_known_attention_against_a_known_alignment():
 
 
 def test_word_links_become_links_of_every_piece_of_both_words():
-    starts = tf.constant([False] * 4 + [True, False, True, True, False])  # ids 4 ▁a 5 b 6 ▁c ...
+    # ids 4 ▁a, 5 b, 6 ▁c, 7 ▁d, 8 e: pieces that start a word or continue one
+    starts = tf.constant([False] * 4 + [True, False, True, True, False])
     source = tf.constant([4, 5, 6, EOS_ID])  # words 0 0 1, EOS
     target = tf.constant([BOS_ID, 7, 8, 6, EOS_ID])  # BOS, words 0 0 1, EOS
     gold = gold_alignment(source, target, tf.constant("1-0 0-1 5-5"), starts).numpy()

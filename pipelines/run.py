@@ -159,7 +159,8 @@ def fingerprint(config: PipelineConfig, stage: Stage) -> str:
     values = config_values(config, stage)
     grouped = {key: values[key] if "." in key else {
         name.partition(".")[2]: value for name, value in values.items()
-        if name.partition(".")[0] == key} for key in stage.keys}
+        if name.partition(".")[0] == key} for key in stage.keys
+        if "." not in key or key in values}  # an ADDED_KEYS key at its value is left out
     return _hash(grouped)
 
 

@@ -1,6 +1,7 @@
 """Guided-alignment training: the loss on a known case, word links mapped to pieces, the
 symmetrization, the batches that carry gold alignments, a few guided training steps through
 the CLI, the head that alignments then read, and the alignment error rate of bench/."""
+import dataclasses
 import importlib.util
 import json
 import math
@@ -148,10 +149,14 @@ def test_the_alignment_error_rate_of_a_hand_made_case(tmp_path):
 
 def test_runs_stamped_before_the_alignment_keys_stay_up_to_date():
     from pipelines.config import load_config
-    from pipelines.run import STAGES, config_values
+    from pipelines.run import STAGES, config_values, fingerprint
 
     demo = load_config("demo")
     for stage in STAGES:
         values = config_values(demo, stage)
         assert not {"data.alignments", "train.guided_alignment_weight",
                     "model.alignment_heads"} & set(values)
+    stamped = {"average": "model train.average_last train.average_from"}  # before the keys
+    stage = next(stage for stage in STAGES if stage.name == "average")
+    before = dataclasses.replace(stage, keys=tuple(stamped["average"].split()))
+    assert fingerprint(demo, stage) == fingerprint(demo, before)

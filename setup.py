@@ -22,6 +22,9 @@ setup(
         "onnxruntime==1.31.1",
         "onnxruntime-extensions==0.15.2",
         "ctranslate2==4.8.5",  # export --format ctranslate2, translate --runtime ct2
+        # data.alignments: eflomal (guided alignment); an sdist, built with the machine's gcc
+        # (-march=native) at set-up.
+        "eflomal==2.0.0",
         "tensorflow-serving-api==2.21.0",  # the SavedModel's warm-up requests
         "pyyaml==6.0.3",
         "matplotlib==3.11.2",

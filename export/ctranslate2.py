@@ -13,7 +13,7 @@ Decoding differs only where CTranslate2 has no equivalent: its length penalty di
 length ** alpha where ours divides by ((5 + length) / 6) ** alpha, and its output limit is one
 per batch (the longest source + extra_length) where ours is per sentence
 (README.md: CTranslate2). The spec declares the decoder layer whose cross-attention, averaged
-over its heads, gives word alignments (`keras_transformer.alignment`), so that
+over its heads (head 0 alone after guided-alignment training), gives word alignments (`keras_transformer.alignment`), so that
 `translate_batch(return_attention=True)` returns the attention the SavedModel's `align` reads.
 """
 from __future__ import annotations
@@ -54,7 +54,9 @@ class TransformerConverter(Converter):
         spec = transformer_spec.TransformerSpec.from_config(
             (c.num_encoder_layers, c.num_decoder_layers), c.num_heads, pre_norm=c.norm_first,
             activation=common_spec.Activation.RELU, alignment_layer=alignment_layer(c),
-            alignment_heads=0)  # 0: the layer's heads averaged, as the SavedModel's `align`
+            # CTranslate2 averages heads 0 .. alignment_heads - 1 of that layer (0: all of them,
+            # its transformer.cc), as the SavedModel's `align` does; 1 after guided alignment.
+            alignment_heads=c.alignment_heads)
         spec.config.layer_norm_epsilon = c.layer_norm_epsilon
         spec.config.add_source_eos = True  # sources are pieces, then EOS
         spec.register_source_vocabulary(self.pieces)

@@ -1,10 +1,11 @@
-"""Word alignments from the model's own cross-attention (no alignment training): for each target
-piece, the attention of one decoder layer over the source pieces, averaged over its heads, in a
-teacher-forced pass over a given translation (as `keras_transformer.scoring` scores one), then
+"""Word alignments from the model's own cross-attention: for each target piece, the attention of
+one decoder layer over the source pieces, averaged over its heads (or, for a model trained with
+guided alignment, its head 0 alone: `ModelConfig.alignment_heads`), in a teacher-forced pass over a given translation (as `keras_transformer.scoring` scores one), then
 summed over the pieces of each word; a target word is aligned to the source word it attends to
 most.
 
     alignment_layer(config) -> the decoder layer whose cross-attention aligns
+    alignment_head_count(config) -> how many of its heads, from head 0, are averaged
     target_attention(model, source_ids, target_ids) -> float32 [batch, target, source]
     piece_words(ids, starts_word) -> int32 [batch, time]: each piece's word, -1 for none
     word_alignment(attention, source_ids, target_ids, starts_word) -> int32 [batch, words]
@@ -12,8 +13,10 @@ most.
 
 The layer is the penultimate one (the only one of a one-layer decoder): of a Transformer's
 layers, its averaged cross-attention agrees best with human alignments (Garg et al., 2019,
-"Jointly Learning to Align and Translate with Transformer Models", table 1). The CTranslate2
-export declares the same layer and all its heads (`export.ctranslate2`).
+"Jointly Learning to Align and Translate with Transformer Models", table 1); guided-alignment
+training (`keras_transformer.guided_alignment`) supervises its head 0, and such a model's
+config says `alignment_heads=1`. The CTranslate2 export declares the same layer and heads
+(`export.ctranslate2`).
 
 A word is a piece that starts one (`starts_word`: by id, the pieces that begin with SentencePiece's
 word-boundary mark or are a space byte) and the pieces after it up to the next such piece; the
@@ -36,17 +39,25 @@ def alignment_layer(config: ModelConfig) -> int:
     return max(config.num_decoder_layers - 2, 0)
 
 
+def alignment_head_count(config: ModelConfig) -> int:
+    """How many heads of `alignment_layer`, from head 0, are averaged: `alignment_heads`, all
+    of them for 0 (CTranslate2's rule)."""
+    return config.alignment_heads or config.num_heads
+
+
 def target_attention(model: Transformer, source_ids: tf.Tensor,
                      target_ids: tf.Tensor) -> tf.Tensor:
     """float32 [batch, target, source]: row j is the attention of `alignment_layer` over the
-    source, averaged over heads, at the step that predicts target piece j (its input: BOS then
+    source, averaged over its first `alignment_head_count` heads, at the step that predicts target piece j (its input: BOS then
     the pieces before j). source_ids: pieces, EOS, PAD; target_ids: pieces then PAD."""
     target_ids = tf.cast(target_ids, tf.int32)
     batch = tf.shape(target_ids)[0]
     decoder_input = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)
     weights = model.attention_weights(tf.cast(source_ids, tf.int32), decoder_input)
-    layer = weights["encoder_decoder_attention"][alignment_layer(model.model_config)]
-    return tf.reduce_mean(tf.cast(layer, tf.float32), axis=1)  # [batch, target, source]
+    config = model.model_config
+    layer = weights["encoder_decoder_attention"][alignment_layer(config)]  # [b, h, t, s]
+    heads = layer[:, :alignment_head_count(config)]  # [batch, heads averaged, target, source]
+    return tf.reduce_mean(tf.cast(heads, tf.float32), axis=1)  # [batch, target, source]
 
 
 def piece_words(ids: tf.Tensor, starts_word: tf.Tensor) -> tf.Tensor:

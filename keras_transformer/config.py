@@ -21,7 +21,10 @@ class ModelConfig:
 
     Field names follow the paper: N is `num_encoder_layers` / `num_decoder_layers`,
     h is `num_heads`, d_k / d_v are `key_dim` / `value_dim` (None: d_model / h),
-    P_drop is `dropout` and eps_ls is `label_smoothing`.
+    P_drop is `dropout` and eps_ls is `label_smoothing`. `alignment_heads`: the heads of the
+    alignment layer (`keras_transformer.alignment`) whose cross-attention gives word alignments,
+    as CTranslate2 counts them: 0 all heads averaged, N the first N averaged (1: head 0 alone,
+    the head guided-alignment training supervises); no weight depends on it.
     """
 
     vocab_size: int = 37000
@@ -41,6 +44,7 @@ class ModelConfig:
     max_length: int = 1024
     layer_norm_epsilon: float = 1e-6
     pad_id: int = 0
+    alignment_heads: int = 0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "num_encoder_layers", "num_decoder_layers", "d_model",
@@ -69,6 +73,11 @@ class ModelConfig:
                                    f"got {self.positional_encoding!r}")
         _require_type(self, "norm_first", bool)
         _require_type(self, "pad_id", int)
+        _require_type(self, "alignment_heads", int)
+        if not 0 <= self.alignment_heads <= self.num_heads:
+            raise ModelConfigError("alignment_heads", f"must be in [0, num_heads] (0: all heads "
+                                   f"averaged), got {self.alignment_heads!r}",
+                                   conflicts_with=("num_heads",))
         if not 0 <= self.pad_id < self.vocab_size:
             raise ModelConfigError("pad_id", f"must be in [0, vocab_size), got {self.pad_id!r}",
                                    conflicts_with=("vocab_size",))

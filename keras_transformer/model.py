@@ -117,6 +117,15 @@ class Transformer(keras.Model):
         memory, memory_mask = self.encode(inputs["source_ids"], training=training)
         return self._decode(inputs["target_ids"], memory, memory_mask, training)[0]
 
+    def features_and_cross_attention(self, inputs: dict[str, tf.Tensor], layer: int,
+                                     training: bool | None = None
+                                     ) -> tuple[tf.Tensor, tf.Tensor]:
+        """`features`, and the float32 cross-attention weights [batch, heads, tgt_time,
+        src_time] of decoder layer `layer` in the same pass (guided-alignment training)."""
+        memory, memory_mask = self.encode(inputs["source_ids"], training=training)
+        hidden, scores = self._decode(inputs["target_ids"], memory, memory_mask, training)
+        return hidden, scores[layer]["cross_attention"]
+
     def attention_weights(self, source_ids: tf.Tensor,
                           target_ids: tf.Tensor) -> dict[str, list[tf.Tensor]]:
         """The attention weights of a teacher-forced pass, one float32 tensor [batch, heads,

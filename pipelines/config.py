@@ -76,6 +76,9 @@ class DataConfig:
     max_length: int = 128  # tokens of a side, BOS / EOS included; longer pairs are skipped
     shards: int | None = None  # train shard files (default: one per 500,000 pairs, at most 256)
     seed: int = 1234  # shuffling, held-out sampling, vocabulary sampling
+    # Word alignments of the train pairs written beside the shards (data/*.align) for
+    # train.guided_alignment_weight: by eflomal (pipelines/corpus/alignments.py), or none.
+    alignments: Literal["none", "eflomal"] = "none"
 
     def __post_init__(self) -> None:
         message = check_source_spec(self.source)
@@ -131,6 +134,7 @@ class PipelineConfig:
         if self.model.preset == "auto" and self.train.init_from:
             raise FieldError("model.preset", "a fine-tuned run keeps its parent's size "
                              "(train.init_from): name the parent's preset, not auto")
+        self._check_guided_alignment()
         model_length = self.model.model_config().max_length
         if model_length < self.data.max_length:
             key = "model.max_length" if self.model.max_length is not None else "data.max_length"
@@ -141,6 +145,20 @@ class PipelineConfig:
             where = "" if blocking == self.run_path else f"{blocking} is "
             raise FieldError("run_dir" if self.run_dir else "name",
                              f"{self.run_path}: {where}a file, not a directory")
+
+    def _check_guided_alignment(self) -> None:
+        """train.guided_alignment_weight needs the gold alignments of data.alignments, and it
+        trains head 0 alone, which model.alignment_heads must then read (unset: 1)."""
+        weight = self.train.guided_alignment_weight
+        if weight and self.data.alignments == "none":
+            raise FieldError("train.guided_alignment_weight", (
+                f"needs the train pairs' word alignments: set data.alignments (eflomal), "
+                f"or the weight to 0, got {weight!r} with data.alignments none"))
+        heads = self.model.alignment_heads
+        if weight and heads not in (None, 1):
+            raise FieldError("model.alignment_heads", (
+                f"guided alignment (train.guided_alignment_weight {weight!r}) trains head 0 "
+                f"alone, which alignments then read: leave it unset or 1, got {heads!r}"))
 
     @property
     def run_path(self) -> Path:

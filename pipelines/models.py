@@ -8,6 +8,7 @@ can be rebuilt with any policy and restored from the same checkpoint: exports us
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from export.translator import Translator
@@ -26,8 +27,12 @@ from pipelines.paths import RunPaths
 def build_model(config: PipelineConfig, vocab_size: int, dtype: str | None = None) -> Transformer:
     """The Transformer of the `model` section in the Keras dtype policy `dtype` (default: the
     section's, `auto` resolved), its weights created under the current strategy scope, if any.
-    The config was validated when it loaded (`pipelines.config.ModelSection`)."""
-    model_config = sized_model(config).model_config(vocab_size=vocab_size, pad_id=PAD_ID)
+    The config was validated when it loaded (`pipelines.config.ModelSection`). A run trained
+    with guided alignment reads its trained head for word alignments (alignment_heads 1)."""
+    section = sized_model(config)
+    if config.train.guided_alignment_weight:
+        section = dataclasses.replace(section, alignment_heads=1)
+    model_config = section.model_config(vocab_size=vocab_size, pad_id=PAD_ID)
     return Transformer(model_config, dtype=dtype or config.model.resolved_dtype()[0])
 
 

@@ -133,19 +133,25 @@ STAGES = (
     Stage("prepare", ("data", "train.init_from"), _corpus, _prepared, _prepare),
     Stage("train", ("data", "model", "train"), _prepared, lambda c, p: [p.checkpoint_index],
           _train, ignores=("train.average_last", "train.average_from")),
-    Stage("average", ("model", "train.average_last", "train.average_from"),
+    Stage("average", ("model", "train.average_last", "train.average_from",
+                      "train.guided_alignment_weight"),
           lambda c, p: [p.weights_record("best" if c.train.average_from == "best"
                                          else "latest")],
           lambda c, p: [p.averaged_index], _average),
-    Stage("evaluate", ("model", "evaluate", "data.max_length"),
+    Stage("evaluate", ("model", "evaluate", "data.max_length", "train.guided_alignment_weight"),
           lambda c, p: [p.weights_record(c.evaluate.weights), p.spm_model] + [
               path for split in c.evaluate.splits for path in p.split(split)],
           lambda c, p: [p.scores(split) for split in c.evaluate.splits], _evaluate),
     Stage("export", ("model", "evaluate.beam_size", "evaluate.alpha", "evaluate.stop",
-                     "evaluate.extra_length", "evaluate.weights", "data.max_length", "export"),
+                     "evaluate.extra_length", "evaluate.weights", "data.max_length", "export",
+                     "train.guided_alignment_weight"),
           lambda c, p: [p.weights_record(c.evaluate.weights), p.spm_model], _exported, _export),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
+# Keys added after runs were first stamped, left out of the fingerprints at these values (what
+# the earlier version did), so that a run stamped before them stays up to date.
+ADDED_KEYS = {"data.alignments": "none", "train.guided_alignment_weight": 0.0,
+              "model.alignment_heads": None}
 
 
 def fingerprint(config: PipelineConfig, stage: Stage) -> str:
@@ -153,7 +159,8 @@ def fingerprint(config: PipelineConfig, stage: Stage) -> str:
     values = config_values(config, stage)
     grouped = {key: values[key] if "." in key else {
         name.partition(".")[2]: value for name, value in values.items()
-        if name.partition(".")[0] == key} for key in stage.keys}
+        if name.partition(".")[0] == key} for key in stage.keys
+        if "." not in key or key in values}  # an ADDED_KEYS key at its value is left out
     return _hash(grouped)
 
 
@@ -168,7 +175,8 @@ def config_values(config: PipelineConfig, stage: Stage) -> dict[str, Any]:
         else:
             values |= {f"{section}.{name}": item for name, item in value.items()
                        if f"{section}.{name}" not in stage.ignores}
-    return values
+    return {key: value for key, value in values.items()
+            if key not in ADDED_KEYS or value != ADDED_KEYS[key]}
 
 
 def _hash(value: Any) -> str:

@@ -148,6 +148,10 @@ class TrainConfig:
     # An exponential moving average of the weights (0: off), written to checkpoints/ema for
     # evaluate and export (`evaluate.weights: ema`); see pipelines/training/weight_average.py.
     ema_decay: float = 0.0
+    # Guided alignment (0: off): the weight of one head's alignment cross-entropy in the loss
+    # (keras_transformer/guided_alignment.py; OpenNMT-tf's default 1, Garg et al. 0.05), with
+    # data.alignments' gold links; word alignments then read that head (model.alignment_heads 1).
+    guided_alignment_weight: float = 0.0
     seed: int = 1234  # initialisation and dropout
     init_from: str | None = None  # the parent run directory or checkpoint of a fine-tuning
 
@@ -165,6 +169,9 @@ class TrainConfig:
         if self.learning_rate_scale <= 0:
             raise FieldError("learning_rate_scale",
                              f"must be positive, got {self.learning_rate_scale!r}")
+        if self.guided_alignment_weight < 0:
+            raise FieldError("guided_alignment_weight", f"must be at least 0 (0: off), "
+                             f"got {self.guided_alignment_weight!r}")
         if not 0 <= self.ema_decay < 1:
             raise FieldError("ema_decay", f"must be in [0, 1) (0: off; 0.999 averages about "
                              f"the last 1,000 updates), got {self.ema_decay!r}")

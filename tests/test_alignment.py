@@ -1,6 +1,7 @@
 """Word alignments from the alignment layer's cross-attention: the graph's rules and Python's
 (CTranslate2's path) agree, the SavedModel's `align` signature and CTranslate2's
 `return_attention` give the same pairs, and `translate --alignments` / `--markup` print them."""
+import dataclasses
 import re
 
 import numpy as np
@@ -123,3 +124,30 @@ def test_alignments_and_markup_are_refused_before_any_work(exported, tmp_path, c
                      str(output)]) == 2
         assert capsys.readouterr().err == f"keras-transformer translate: error: {error}\n"
         assert not output.exists()
+
+
+def test_ctranslate2_returns_head_0_alone_for_a_guided_model(export_translator, tmp_path):
+    """A model of alignment_heads 1 (guided alignment): CTranslate2's returned attention is
+    head 0 of the alignment layer, as `target_attention` computes it, not the heads' mean."""
+    import ctranslate2
+
+    from export.translator import Translator
+    from keras_transformer.model import Transformer
+
+    config = dataclasses.replace(export_translator.model.model_config, alignment_heads=1)
+    model = Transformer(config)
+    model.set_weights(export_translator.model.get_weights())
+    directory = export_ctranslate2(Translator(model, export_translator.spm_model_proto,
+                                              export_translator.settings), tmp_path,
+                                   ("float32",))["float32"]
+    pieces = [piece for piece, _ in vocabulary(export_translator.spm_model_proto)]
+    source = source_ids(export_translator.spm_model_proto, SENTENCES[:1])  # [1, s]: .. EOS
+    result = ctranslate2.Translator(str(directory)).translate_batch(
+        [[pieces[i] for i in source[0] if i > EOS_ID]], beam_size=1, return_attention=True)[0]
+    target = np.array([[pieces.index(piece) for piece in result.hypotheses[0]]])  # [1, t]
+    theirs = np.array(result.attention[0])  # [t, s - 1]: the source's EOS left out
+    rows, columns = theirs.shape
+    ours = alignment.target_attention(model, source, target).numpy()[0]  # [t, s]
+    np.testing.assert_allclose(theirs, ours[:rows, :columns], atol=1e-4)
+    averaged = alignment.target_attention(export_translator.model, source, target).numpy()[0]
+    assert not np.allclose(theirs, averaged[:rows, :columns], atol=1e-3)

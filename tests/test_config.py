@@ -99,6 +99,18 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
      "model.max_length (100) must be at least data.max_length (128)"),
     ("data:\n  source: bible:en-fr\n  max_length: 2000\n", 4,
      "data.max_length", "model.max_length (1024) must be at least data.max_length (2000)"),
+    ("data:\n  source: bible:en-fr\n  alignments: fast_align\n", 4, "data.alignments",
+     "'fast_align'"),
+    ("data: {source: bible:en-fr}\ntrain:\n  guided_alignment_weight: -1\n", 4,
+     "train.guided_alignment_weight", "must be at least 0 (0: off), got -1"),
+    ("data: {source: bible:en-fr}\ntrain:\n  guided_alignment_weight: 0.5\n", 4,
+     "train.guided_alignment_weight", "needs the train pairs' word alignments: set "
+     "data.alignments (eflomal), or the weight to 0, got 0.5 with data.alignments none"),
+    ("data: {source: bible:en-fr, alignments: eflomal}\nmodel:\n  alignment_heads: 0\n"
+     "train:\n  guided_alignment_weight: 1\n", 4, "model.alignment_heads",
+     "trains head 0 alone, which alignments then read: leave it unset or 1, got 0"),
+    (MODEL + "  alignment_heads: 9\n", 4, "model.alignment_heads",
+     "must be in [0, num_heads] (0: all heads averaged), got 9"),
 ])
 def test_bad_values_name_file_line_key_and_value(tmp_path, body, where, key, value):
     path = write(tmp_path, "name: demo\n" + body)

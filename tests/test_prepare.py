@@ -139,6 +139,39 @@ def test_shards_samples_and_a_smaller_re_prepare(tmp_path, capsys, monkeypatch):
     assert sorted(second) == sorted(first)
 
 
+def test_alignments_are_written_beside_each_shard_in_spm_words(tmp_path, capsys):
+    """data.alignments: eflomal: a .align file per shard, a line per pair, links inside both
+    sides' SentencePiece words. The words that vary from pair to pair (the animal, 1, and the
+    number, 3, the same on both sides) are aligned to each other; the others always occur
+    together, so which of them align is the aligner's guess (eflomal samples: it varies)."""
+    import sentencepiece as spm
+
+    from pipelines.corpus.alignments import piece_words
+    from pipelines.corpus.shards import train_alignments
+
+    config = write_corpus(tmp_path, *numbered_corpus(600), shards=2, alignments="eflomal")
+    assert main(["prepare", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "aligning the words of 560 train pairs with eflomal" in out
+    assert "aligned   560 train pairs with eflomal in " in out
+    data = tmp_path / "runs" / "small" / "data"
+    processor = spm.SentencePieceProcessor(model_file=str(data.parent / "vocab" / "spm.model"))
+    found = total = 0
+    for (src, tgt), align in zip(train_shards(data), train_alignments(data), strict=True):
+        assert align.name == src.name.replace(".src", ".align")
+        for source, target, links in zip(read_lines(src), read_lines(tgt), read_lines(align),
+                                         strict=True):
+            sizes = tuple(len(words) for words in piece_words(processor, [source, target]))
+            pairs = {tuple(map(int, link.split("-"))) for link in links.split()}
+            assert all(i < sizes[0] and j < sizes[1] for i, j in pairs)
+            found += {(1, 1), (3, 3)} <= pairs
+            total += 1
+    assert total == 560 and found >= 0.95 * total  # 558 to 560 of 560 in 3 prepares here
+    config.write_text(config.read_text().replace("alignments: eflomal", "alignments: none"))
+    assert main(["prepare", str(config)]) == 0
+    assert not list(data.glob("*.align"))  # a prepare without alignments removes them
+
+
 def test_a_killed_prepare_leaves_the_previous_files_whole(tmp_path):
     """SIGKILL during the writing pass: data/ keeps the earlier prepare's files, byte for
     byte; the next prepare removes the staging directory and completes."""

@@ -6,7 +6,8 @@ shard files listed by data/train.json (pipelines/corpus/shards.py). The corpus s
 is learned from a uniform sample of at most `data.vocab_max_sentences` train sentences per side
 (a fine-tuning run, `train.init_from`, copies its parent's instead), and the summary's token
 statistics are estimated from a sample of 100,000 train pairs
-(`pipelines.corpus.splitting.STATS_SAMPLE`).
+(`pipelines.corpus.splitting.STATS_SAMPLE`). With `data.alignments` the train pairs' word
+alignments are written beside their shards (`pipelines.corpus.alignments`).
 
 Everything is written under data/.prepare-PID first and moved into place at the end, the train
 manifest last: a bad corpus raises before anything is written, and an interrupted prepare
@@ -27,6 +28,7 @@ from pipelines.files import atomic_open, write_lines_atomic
 from pipelines.training.parent import find_parent
 from pipelines.paths import RunPaths
 from pipelines.progress import PassProgress
+from pipelines.corpus.alignments import write_alignments
 from pipelines.corpus.shards import is_shard_file, shard_stem, write_manifest
 from pipelines.corpus.sources import open_source
 from pipelines.corpus.splitting import Splits, write_splits
@@ -55,6 +57,8 @@ class PrepareSummary:
     avg_tokens: tuple[float, float]  # (source, target) pieces per sentence, BOS/EOS excluded
     padding_efficiency: tuple[float, float]  # (source, target) real / padded batch tokens
     seconds: float
+    aligner: str = "none"  # data.alignments
+    align_seconds: float = 0.0  # of `seconds`, aligning the train pairs
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -78,7 +82,8 @@ class PrepareSummary:
             f"per train sentence",
             f"  padding   source {self.padding_efficiency[0]:.3f}, target "
             f"{self.padding_efficiency[1]:.3f} real tokens per batch token",
-        ])
+        ] + ([f"  aligned   {train:,} train pairs with {self.aligner} in "
+              f"{self.align_seconds:.1f} s (data/*.align)"] if self.aligner != "none" else []))
 
 
 def prepare(config: PipelineConfig) -> PrepareSummary:
@@ -105,7 +110,11 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         with atomic_open(staged_model, "wb") as file:
             file.write(model_proto)
         too_long, avg_tokens, efficiency = _measure(splits, staged_model, config)
-        _publish(staging, paths, splits, model_proto)
+        align_start = time.monotonic()
+        if data.alignments != "none":
+            write_alignments(staging, _shard_stems(splits), model_proto, progress.message)
+        align_seconds = time.monotonic() - align_start
+        _publish(staging, paths, splits, model_proto, data.alignments)
     finally:
         progress.close()
         shutil.rmtree(staging, ignore_errors=True)
@@ -114,7 +123,8 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         shards=len(splits.shard_pairs), sampled_pairs=splits.stats_pairs, too_long=too_long,
         max_length=data.max_length, vocab_size=Tokenizer(model_proto).vocab_size,
         vocab_type=model_type(model_proto), vocab_parent=parent.spm_model if parent else None,
-        avg_tokens=avg_tokens, padding_efficiency=efficiency, seconds=time.monotonic() - start)
+        avg_tokens=avg_tokens, padding_efficiency=efficiency, seconds=time.monotonic() - start,
+        aligner=data.alignments, align_seconds=align_seconds)
 
 
 def _learn_vocabulary(splits: Splits, data: DataConfig, progress: PassProgress) -> bytes:
@@ -141,11 +151,19 @@ def _measure(splits: Splits, model: Path, config: PipelineConfig
     return too_long, avg_tokens, stats.padding_efficiency
 
 
-def _publish(staging: Path, paths: RunPaths, splits: Splits, model_proto: bytes) -> None:
-    """Moves the split files into data/, writes the vocabulary, then the train manifest, then
-    removes shards of an earlier prepare that the manifest no longer lists."""
+def _shard_stems(splits: Splits) -> list[str]:
+    """The train shards' names without their side's suffix."""
     count = len(splits.shard_pairs)
-    names = [f"{shard_stem(i, count)}.{side}" for i in range(count) for side in ("src", "tgt")]
+    return [shard_stem(i, count) for i in range(count)]
+
+
+def _publish(staging: Path, paths: RunPaths, splits: Splits, model_proto: bytes,
+             aligner: str) -> None:
+    """Moves the split files (and word alignments) into data/, writes the vocabulary, then the
+    train manifest, then removes shards of an earlier prepare that the manifest no longer
+    lists."""
+    sides = ("src", "tgt") + (("align",) if aligner != "none" else ())
+    names = [f"{stem}.{side}" for stem in _shard_stems(splits) for side in sides]
     names += [path.name for split in ("dev", "test") for path in paths.split(split)]
     for name in names:
         os.replace(staging / name, paths.data / name)
@@ -153,7 +171,7 @@ def _publish(staging: Path, paths: RunPaths, splits: Splits, model_proto: bytes)
     os.replace(staging / paths.spm_model.name, paths.spm_model)
     write_lines_atomic(paths.spm_vocab,
                        (f"{piece}\t{score:g}" for piece, score in vocabulary(model_proto)))
-    write_manifest(paths.data, splits.shard_pairs)
+    write_manifest(paths.data, splits.shard_pairs, aligner if aligner != "none" else None)
     for path in paths.data.iterdir():
         if is_shard_file(path) and path.name not in names:
             path.unlink()

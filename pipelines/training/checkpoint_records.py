@@ -22,7 +22,7 @@ from pipelines.paths import MODEL_RECORD, RunPaths
 # ModelConfig fields no weight depends on: a run may resume or decode with other values
 # (max_length sizes no weight with sinusoidal positions; learned ones differ in shape).
 NON_ARCHITECTURE_FIELDS = ("dropout", "attention_dropout", "relu_dropout", "label_smoothing",
-                           "max_length")
+                           "max_length", "alignment_heads")
 
 
 def check_vocabulary(paths: RunPaths) -> None:

@@ -1,7 +1,10 @@
 """tf.data input pipeline: text files -> token-budget batches of length-bucketed id tensors.
 
 Each element is `{"source_ids": int32 [batch, src_time], "target_ids": int32 [batch, tgt_time]}`
-padded with PAD_ID. The source ends with EOS (the encoder needs no BOS); the target is
+padded with PAD_ID, and with `alignments` (guided-alignment training) `"alignment": float32
+[batch, tgt_time, src_time]`, the gold links of each target piece to source pieces
+(`keras_transformer.guided_alignment.gold_alignment`, from prepare's word alignments), padded
+with 0. The source ends with EOS (the encoder needs no BOS); the target is
 BOS ... EOS, so the trainer feeds `target_ids[:, :-1]` to the decoder and scores
 `target_ids[:, 1:]`. `max_length` counts these special tokens.
 
@@ -17,12 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.tokenizer import PAD_ID, Tokenizer
+from export.word_alignment import starts_word
+from keras_transformer.guided_alignment import gold_alignment
+from keras_transformer.tokenizer import PAD_ID, Tokenizer, vocabulary
 from pipelines.training.buckets import bucket_boundaries
 
 TOKENIZE_BATCH = 1024
@@ -48,7 +53,8 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
                  input_context: tf.distribute.InputContext | None = None, num_replicas: int = 1,
                  pad_to_bucket_boundary: bool = True, one_bucket_per_batch: bool = False,
                  boundaries: tuple[int, ...] | None = None,
-                 parallel_calls: int | None = None) -> tf.data.Dataset:
+                 parallel_calls: int | None = None,
+                 alignments: Sequence[str | Path] | None = None) -> tf.data.Dataset:
     """Batches of token ids from parallel text files, tokenized in the graph.
 
     Args:
@@ -69,6 +75,8 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
             bucket's length (with pad_to_bucket_boundary: one batch shape per bucket).
         boundaries: bucket lengths (default `bucket_boundaries(max_length)`).
         parallel_calls: shards read and tokenizer calls at once (default: tf.data's autotuning).
+        alignments: a word-alignment file per shard (`I-J ...` lines, by line with the shard's
+            pairs: `pipelines.corpus.shards.train_alignments`), for an "alignment" element.
 
     Returns:
         A dataset of `{"source_ids": [batch, src_time], "target_ids": [batch, tgt_time]}`.
@@ -84,13 +92,15 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
                          f"of the longest bucket ({bounds[-1]} tokens)")
     tokenizer = Tokenizer.from_file(spm_model_path)
     parallel = parallel_calls or tf.data.AUTOTUNE
-    dataset = _pairs(shards, input_context, shuffle, seed, parallel)
+    dataset = _pairs(shards, input_context, shuffle, seed, parallel, alignments)
     if shuffle:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
     dataset = _tokenized(dataset, tokenizer, parallel)
     dataset = dataset.filter(lambda ex: _longest_side(ex) <= max_length)
+    if alignments is not None:
+        dataset = dataset.map(_with_gold_alignment(tokenizer), num_parallel_calls=parallel)
     dataset = _bucketed(dataset, bounds, budget, multiple, pad_to_bucket_boundary,
                         one_bucket_per_batch)
     return dataset.prefetch(tf.data.AUTOTUNE)
@@ -135,16 +145,19 @@ def length_stats(src_path: str | Path, tgt_path: str | Path, spm_model_path: str
 
 def _pairs(shards: Sequence[tuple[str | Path, str | Path]],
            input_context: tf.distribute.InputContext | None, shuffle: bool, seed: int | None,
-           parallel: int) -> tf.data.Dataset:
+           parallel: int, alignments: Sequence[str | Path] | None = None) -> tf.data.Dataset:
     """(source line, target line) string pairs of this input pipeline's shards, interleaved
-    (shard order shuffled each epoch when `shuffle`)."""
-    for pair in shards:
-        for path in pair:
+    (shard order shuffled each epoch when `shuffle`); (source, target, alignment line) triples
+    with `alignments` (a file per shard)."""
+    columns = [[str(pair[side]) for pair in shards] for side in (0, 1)]
+    if alignments is not None:
+        columns.append([str(path) for path in alignments])
+    for column in columns:
+        for path in column:
             if not Path(path).is_file():
                 raise FileNotFoundError(f"{path}: no such file")
-    src_files, tgt_files = ([str(pair[side]) for pair in shards] for side in (0, 1))
     pipelines = input_context.num_input_pipelines if input_context else 1
-    files = tf.data.Dataset.from_tensor_slices((src_files, tgt_files))
+    files = tf.data.Dataset.from_tensor_slices(tuple(columns))
     by_file = pipelines > 1 and len(shards) >= pipelines
     if by_file:
         files = files.shard(pipelines, input_context.input_pipeline_id)
@@ -152,8 +165,7 @@ def _pairs(shards: Sequence[tuple[str | Path, str | Path]],
         files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
     cycle = min(len(shards), INTERLEAVED_SHARDS)
     dataset = files.interleave(
-        lambda src, tgt: tf.data.Dataset.zip(tf.data.TextLineDataset(src),
-                                             tf.data.TextLineDataset(tgt)),
+        lambda *paths: tf.data.Dataset.zip(*(tf.data.TextLineDataset(p) for p in paths)),
         cycle_length=cycle, num_parallel_calls=min(parallel, cycle) if parallel > 0 else parallel)
     if pipelines > 1 and not by_file:
         dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
@@ -161,17 +173,33 @@ def _pairs(shards: Sequence[tuple[str | Path, str | Path]],
 
 
 def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer, parallel: int) -> tf.data.Dataset:
-    """String pairs -> {"source_ids": [src_len] (.. EOS), "target_ids": [tgt_len] (BOS .. EOS)}."""
+    """String pairs -> {"source_ids": [src_len] (.. EOS), "target_ids": [tgt_len] (BOS .. EOS)};
+    with a third string (an alignment line) it is kept as "links"."""
 
-    def encode(src: tf.Tensor, tgt: tf.Tensor) -> dict[str, tf.RaggedTensor]:
-        return {"source_ids": tokenizer.tokenize(src, add_eos=True),  # [chunk, (src_len)]
-                "target_ids": tokenizer.tokenize(tgt, add_bos=True,
-                                                 add_eos=True)}  # [chunk, (tgt_len)]
+    def encode(src: tf.Tensor, tgt: tf.Tensor, *links: tf.Tensor) -> dict[str, tf.Tensor]:
+        encoded = {"source_ids": tokenizer.tokenize(src, add_eos=True),  # [chunk, (src_len)]
+                   "target_ids": tokenizer.tokenize(tgt, add_bos=True,
+                                                    add_eos=True)}  # [chunk, (tgt_len)]
+        return {**encoded, "links": links[0]} if links else encoded  # links: [chunk]
 
     return (pairs.batch(TOKENIZE_BATCH)
             .map(encode, num_parallel_calls=parallel)
             .unbatch()
             .map(lambda ex: ex))  # unbatched ragged rows come typed as ragged: make them dense
+
+
+def _with_gold_alignment(tokenizer: Tokenizer
+                         ) -> Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]:
+    """A pair's "links" line -> "alignment": float32 [tgt_len, src_len] (`gold_alignment`)."""
+    starts = tf.constant([starts_word(piece) for piece, _ in
+                          vocabulary(tokenizer.model_proto)])  # bool [vocab]
+
+    def add(ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        return {"source_ids": ex["source_ids"], "target_ids": ex["target_ids"],
+                "alignment": gold_alignment(ex["source_ids"], ex["target_ids"], ex["links"],
+                                            starts)}
+
+    return add
 
 
 def _longest_side(ex: dict[str, tf.Tensor]) -> tf.Tensor:
@@ -203,10 +231,13 @@ def _bucketed(dataset: tf.data.Dataset, bounds: tuple[int, ...], budget: int, mu
         if pad_to_bucket_boundary:
             src_len, tgt_len = bounds_t[bucket // n], bounds_t[bucket % n]
             shapes = {"source_ids": tf.reshape(src_len, [1]),
-                      "target_ids": tf.reshape(tgt_len, [1])}
+                      "target_ids": tf.reshape(tgt_len, [1]),
+                      "alignment": tf.stack([tgt_len, src_len])}
         else:
-            shapes = {"source_ids": [None], "target_ids": [None]}
-        padding = {"source_ids": PAD_ID, "target_ids": PAD_ID}
+            shapes = {"source_ids": [None], "target_ids": [None], "alignment": [None, None]}
+        padding = {"source_ids": PAD_ID, "target_ids": PAD_ID, "alignment": 0.0}
+        if "alignment" not in dataset.element_spec:
+            del shapes["alignment"], padding["alignment"]
         return window.padded_batch(sizes_t[bucket], padded_shapes=shapes, padding_values=padding)
 
     return dataset.group_by_window(key, batch, window_size_func=lambda bucket: sizes_t[bucket])

@@ -1,5 +1,5 @@
 """The train stage's input: the run's train shards as endless shuffled batches, sharded per
-worker, and the token budget checked against the replicas that split it."""
+worker (with their gold word alignments for guided-alignment training), and the token budget checked against the replicas that split it."""
 from __future__ import annotations
 
 from typing import Callable
@@ -7,6 +7,7 @@ from typing import Callable
 import tensorflow as tf
 
 from pipelines import InputError
+from pipelines.corpus.shards import train_alignments
 from pipelines.training.buckets import smallest_batch_tokens
 from pipelines.config import PipelineConfig
 from pipelines.training.data import any_pair_fits, make_dataset
@@ -40,10 +41,14 @@ def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
         raise InputError(f"{paths.train_manifest}: no train pair fits data.max_length "
                          f"({data.max_length} tokens a side, BOS and EOS included)")
 
+    # Guided alignment: each shard's word alignments too (an InputError, before any work, if
+    # the split was prepared without them).
+    alignments = train_alignments(paths.data) if train.guided_alignment_weight else None
+
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         return make_dataset(shards, paths.spm_model, batch_tokens=train.batch_tokens,
                             max_length=data.max_length, shuffle_buffer=train.shuffle_buffer,
                             seed=seed, repeat=True, input_context=context,
-                            one_bucket_per_batch=train.jit_compile)
+                            one_bucket_per_batch=train.jit_compile, alignments=alignments)
 
     return dataset_fn

@@ -2,7 +2,10 @@
 
 An update sums `accumulate_steps` batches per replica; the loss is the label-smoothed
 cross-entropy summed over real target tokens and divided by the real target tokens of the whole
-update, all-reduced over replicas, so N replicas make the update one replica makes on the union
+update (plus, with `train.guided_alignment_weight`, that weight times the guided-alignment
+cross-entropy of one head, summed over target pieces: keras_transformer.guided_alignment;
+the loss reported is the translation's alone),
+all-reduced over replicas, so N replicas make the update one replica makes on the union
 of their batches. mixed_float16 adds dynamic loss scaling, whose skip-or-apply verdict is
 taken once for all replicas and workers. `train.jit_compile` compiles the forward and backward
 passes with XLA, once per batch shape, with the loss in chunks of rows as without XLA (no
@@ -15,6 +18,8 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
+from keras_transformer.alignment import alignment_layer
+from keras_transformer.guided_alignment import GUIDED_HEAD, guided_alignment_loss
 from keras_transformer.losses import projected_label_smoothed_cross_entropy
 from keras_transformer.schedules import paper_optimizer
 from keras_transformer.tokenizer import PAD_ID
@@ -63,6 +68,7 @@ class Trainer:
                 WeightAverage(self.model.trainable_variables, config.train.ema_decay,
                               _compression(config, clock))
                 if config.train.ema_decay else None)
+        self.guided_weight = config.train.guided_alignment_weight
         self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self._gradients = (tf.function(self._batch_gradients, jit_compile=True)
                            if config.train.jit_compile else self._batch_gradients)
@@ -118,8 +124,9 @@ class Trainer:
         loss_sum, grads = tf.constant(0.0), None
         for batch in batches:
             with tf.control_dependencies(grads or []):  # one batch's activations at a time
-                batch_loss, batch_grads = self._gradients(batch["source_ids"],
-                                                          batch["target_ids"], global_tokens)
+                batch_loss, batch_grads = self._gradients(
+                    batch["source_ids"], batch["target_ids"], global_tokens,
+                    batch.get("alignment") if self.guided_weight else None)
             loss_sum += batch_loss
             batch_grads = [tf.convert_to_tensor(g) for g in batch_grads]  # dense
             grads = batch_grads if grads is None else [a + b for a, b in zip(grads, batch_grads)]
@@ -136,17 +143,27 @@ class Trainer:
         return loss, global_tokens, finite
 
     def _batch_gradients(self, source_ids: tf.Tensor, target_ids: tf.Tensor,
-                         global_tokens: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        """(summed loss of the batch, gradients of its share of the update's mean loss)."""
+                         global_tokens: tf.Tensor, alignment: tf.Tensor | None = None
+                         ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """(summed loss of the batch, gradients of its share of the update's mean loss).
+        alignment: float32 [b, t, s] gold links of target_ids' pieces (guided alignment)."""
         labels = target_ids[:, 1:]  # [b, t - 1]
         smoothing = self.model.model_config.label_smoothing
         inputs = {"source_ids": source_ids, "target_ids": target_ids[:, :-1]}
         with tf.GradientTape() as tape:
-            hidden = self.model.features(inputs, training=True)  # [b, t - 1, d_model]
+            if alignment is None:
+                hidden = self.model.features(inputs, training=True)  # [b, t - 1, d_model]
+            else:
+                hidden, attention = self.model.features_and_cross_attention(
+                    inputs, alignment_layer(self.model.model_config), training=True)
             loss_sum, _ = projected_label_smoothed_cross_entropy(
                 labels, hidden, self.model.embedding.embeddings, smoothing, PAD_ID,
                 static_shapes=self.config.train.jit_compile)
-            scaled = self.optimizer.scale_loss(loss_sum / global_tokens)
+            total = loss_sum  # the translation loss alone is reported
+            if alignment is not None:  # the head's rows predict labels: gold rows 1 ..
+                total += self.guided_weight * guided_alignment_loss(
+                    attention[:, GUIDED_HEAD], alignment[:, 1:])  # [b, t - 1, s]
+            scaled = self.optimizer.scale_loss(total / global_tokens)
         return loss_sum, tape.gradient(scaled, self.model.trainable_variables)
 
 

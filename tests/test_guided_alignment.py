@@ -1,0 +1,162 @@
+"""Guided-alignment training: the loss on a known case, word links mapped to pieces, the
+symmetrization, the batches that carry gold alignments, a few guided training steps through
+the CLI, the head that alignments then read, and the alignment error rate of bench/."""
+import dataclasses
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+from keras_transformer import alignment
+from keras_transformer.config import ModelConfig
+from keras_transformer.guided_alignment import gold_alignment, guided_alignment_loss, word_links
+from keras_transformer.model import Transformer
+from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from pipelines.cli import main
+from pipelines.corpus.alignments import grow_diag_final_and
+from pipelines.corpus.shards import shard_stem
+from tiny_run import make_tiny_run
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "alignment_error.py"
+
+
+def test_the_loss_of_a_known_attention_against_a_known_alignment():
+    attention = tf.constant([[[0.6, 0.2, 0.2],    # linked to sources 0 and 1: 1/2 each
+                              [0.1, 0.7, 0.2],    # linked to source 1
+                              [0.3, 0.3, 0.4]]])  # no link: adds nothing
+    gold = tf.constant([[[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]])
+    expected = -(0.5 * math.log(0.6) + 0.5 * math.log(0.2)) - math.log(0.7)
+    assert guided_alignment_loss(attention, gold).numpy() == pytest.approx(expected, rel=1e-6)
+    masked = tf.Variable([[[0.0, 1.0, 0.0]]])  # a PAD column's attention is exactly 0
+    with tf.GradientTape() as tape:
+        loss = guided_alignment_loss(masked, tf.constant([[[0.0, 1.0, 0.0]]]))
+    assert loss.numpy() == pytest.approx(0.0)
+    assert np.isfinite(tape.gradient(loss, masked).numpy()).all()
+
+
+def test_word_links_become_links_of_every_piece_of_both_words():
+    # ids 4 ▁a, 5 b, 6 ▁c, 7 ▁d, 8 e: pieces that start a word or continue one
+    starts = tf.constant([False] * 4 + [True, False, True, True, False])
+    source = tf.constant([4, 5, 6, EOS_ID])  # words 0 0 1, EOS
+    target = tf.constant([BOS_ID, 7, 8, 6, EOS_ID])  # BOS, words 0 0 1, EOS
+    gold = gold_alignment(source, target, tf.constant("1-0 0-1 5-5"), starts).numpy()
+    assert gold.tolist() == [[0, 0, 0, 0],   # BOS
+                             [0, 0, 1, 0],   # target word 0 - source word 1 (▁c)
+                             [0, 0, 1, 0],
+                             [1, 1, 0, 0],   # target word 1 - source word 0 (▁a b)
+                             [0, 0, 0, 0]]   # EOS; the link 5-5 names no word: left out
+    assert not gold_alignment(source, target, tf.constant(""), starts).numpy().any()
+    assert word_links(tf.constant(" 0-1  2-0 ")).numpy().tolist() == [[0, 1], [2, 0]]
+
+
+def test_grow_diag_final_and_keeps_the_intersection_and_grows_to_unaligned_words():
+    forward = {(0, 0), (1, 1), (2, 3), (4, 0), (5, 4)}
+    reverse = {(0, 0), (1, 1), (2, 2), (3, 3)}
+    # Grown from the intersection: (2, 2) (source 2 new), then from it (2, 3) (target 3 new)
+    # and (3, 3) (source 3 new). Final-and: (5, 4) joins two unaligned words; (4, 0) does not
+    # (target 0 is aligned).
+    assert grow_diag_final_and(forward, reverse) == [(0, 0), (1, 1), (2, 2), (2, 3), (3, 3),
+                                                     (5, 4)]
+
+
+def aligned_tiny_run(directory: Path, steps: int = 3) -> Path:
+    """make_tiny_run's run (target: the source reversed, upper case) with each pair's word
+    alignment (source word i - target word n - 1 - i) and guided alignment on."""
+    config = make_tiny_run(directory, train={"steps": steps, "guided_alignment_weight": 1.0,
+                                             "checkpoint_every_steps": steps})
+    data = directory / "run" / "data"
+    stem = shard_stem(0, 1)
+    lines = (data / f"{stem}.src").read_text().splitlines()
+    (data / f"{stem}.align").write_text("".join(
+        " ".join(f"{i}-{len(line.split()) - 1 - i}" for i in range(len(line.split()))) + "\n"
+        for line in lines))
+    manifest = json.loads((data / "train.json").read_text())
+    manifest["shards"][0]["align"] = f"{stem}.align"
+    (data / "train.json").write_text(json.dumps(manifest))
+    text = yaml.safe_load(config.read_text())
+    text["data"]["alignments"] = "eflomal"
+    config.write_text(yaml.safe_dump(text))
+    return config
+
+
+def test_batches_carry_each_target_pieces_links(tmp_path):
+    from pipelines.config import load_config
+    from pipelines.training.train_data import train_dataset_fn
+
+    config = load_config(aligned_tiny_run(tmp_path))
+    batch = next(iter(train_dataset_fn(config, seed=0)(tf.distribute.InputContext())))
+    source, target = batch["source_ids"].numpy(), batch["target_ids"].numpy()
+    gold = batch["alignment"].numpy()  # [b, target, source]
+    assert gold.shape == target.shape + source.shape[1:]
+    pieces = (target != PAD_ID) & (target != BOS_ID) & (target != EOS_ID)  # [b, target]
+    assert (gold.sum(axis=2) > 0)[pieces].all()  # every word of the pairs is aligned
+    assert not gold[~pieces].any() and not gold[np.broadcast_to(
+        ((source == PAD_ID) | (source == EOS_ID))[:, None, :], gold.shape)].any()
+
+
+def test_a_few_guided_steps_train_and_the_model_reads_its_trained_head(tmp_path, capsys):
+    config = aligned_tiny_run(tmp_path)
+    assert main(["train", str(config)]) == 0
+    recorded = json.loads((tmp_path / "run" / "checkpoints" / "model.json").read_text())
+    assert recorded["alignment_heads"] == 1
+    manifest = tmp_path / "run" / "data" / "train.json"
+    manifest.write_text(manifest.read_text().replace('"align"', '"unaligned"'))
+    assert main(["train", str(config)]) == 2
+    assert (f"{manifest}: the train split was prepared without word alignments"
+            in capsys.readouterr().err)
+
+
+def test_alignments_read_head_0_alone_after_guided_training():
+    config = ModelConfig.from_preset("tiny", vocab_size=20, alignment_heads=1)
+    model = Transformer(config)
+    source, target = tf.constant([[5, 6, 7, EOS_ID]]), tf.constant([[8, 9, PAD_ID]])
+    attention = alignment.target_attention(model, source, target).numpy()
+    decoder_input = tf.constant([[BOS_ID, 8, 9]])
+    heads = model.attention_weights(source, decoder_input)["encoder_decoder_attention"][
+        alignment.alignment_layer(config)].numpy()  # [1, heads, target, source]
+    np.testing.assert_allclose(attention, heads[:, 0], rtol=1e-6)
+    averaged = Transformer(ModelConfig.from_preset("tiny", vocab_size=20))
+    assert alignment.alignment_head_count(averaged.model_config) == config.num_heads
+
+
+def test_the_alignment_error_rate_of_a_hand_made_case(tmp_path):
+    spec = importlib.util.spec_from_file_location("alignment_error", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["alignment_error"] = bench
+    spec.loader.exec_module(bench)
+    gold = tmp_path / "gold.tsv"
+    gold.write_text("# line\tsure\tpossible\tsource\ttarget\n"
+                    "7\t0-0 1-1\t2-1\ta b c\tx y\n"
+                    "9\t0-1\t\td e\tz w\n")
+    pairs = bench.read_gold(gold)
+    assert pairs[0].possible == {(0, 0), (1, 1), (2, 1)}
+    # A = {0-0, 2-1} and {0-0}: |A & S| = 1 + 0, |A & P| = 2 + 0, |A| = 3, |S| = 3.
+    predicted = [{(0, 0), (2, 1)}, {(0, 0)}]
+    assert bench.alignment_error_rate(predicted, pairs) == pytest.approx(1 - 3 / 6)
+    assert bench.alignment_error_rate([p.sure for p in pairs], pairs) == 0.0
+    gold.write_text("3\t0-0 4-1\t\ta b\tx y\n")
+    with pytest.raises(bench.GoldError, match=rf"^{gold}:1: sure: a word past the pair's 2 "
+                                              r"source / 2 target words, got '4-1'"):
+        bench.read_gold(gold)
+    assert len(bench.read_gold(bench.GOLD)) >= 40  # the measured set reads
+
+
+def test_runs_stamped_before_the_alignment_keys_stay_up_to_date():
+    from pipelines.config import load_config
+    from pipelines.run import STAGES, config_values, fingerprint
+
+    demo = load_config("demo")
+    for stage in STAGES:
+        values = config_values(demo, stage)
+        assert not {"data.alignments", "train.guided_alignment_weight",
+                    "model.alignment_heads"} & set(values)
+    stamped = {"average": "model train.average_last train.average_from"}  # before the keys
+    stage = next(stage for stage in STAGES if stage.name == "average")
+    before = dataclasses.replace(stage, keys=tuple(stamped["average"].split()))
+    assert fingerprint(demo, stage) == fingerprint(demo, before)

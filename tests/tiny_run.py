@@ -141,8 +141,8 @@ def overflow_replica_1_at(update: int) -> None:
 
     original = Trainer._batch_gradients
 
-    def overflowing(self, source_ids, target_ids, global_tokens):
-        loss, grads = original(self, source_ids, target_ids, global_tokens)
+    def overflowing(self, source_ids, target_ids, global_tokens, alignment=None):
+        loss, grads = original(self, source_ids, target_ids, global_tokens, alignment)
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         first_try = self.optimizer.dynamic_scale == self.optimizer.initial_scale
         overflow = (self.optimizer.iterations == update - 1) & first_try & (replica == 1)

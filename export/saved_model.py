@@ -38,8 +38,8 @@ from export.scores import Pair, PairScore, score_in_batches
 from export.signature_outputs import (aligned_in_batches, nbest_pairs, prefixed_in_batches,
                                      scored_batch, translated_text)
 from export.translator import Translator
-from keras_transformer.compiled_search import bucket_sources
 from export.versions import publish_version, staging_directory
+from keras_transformer.compiled_search import bucket_sources
 from keras_transformer.decoding_settings import SamplingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.precision import resolve_dtype

@@ -5,9 +5,8 @@ hand-checked gold set, and of eflomal's as a reference point.
         [--gold bench/data/alignment_gold.en-fr.tsv] [--eflomal PREPARED_RUN_DIR]
 
 Each model aligns the gold pairs as given (its source, the gold's reference translation), a
-teacher-forced pass through the SavedModel's `align` signature: the signature and the batching
-(`export.signature_outputs.aligned_in_batches`) that `translate --alignments` sends each
-translation to. With --eflomal, the gold pairs are appended to that run's train pairs
+teacher-forced pass through the SavedModel's `align` signature (the layer, heads and word rule
+of `translate_aligned`, which `translate --alignments` calls, over a given translation). With --eflomal, the gold pairs are appended to that run's train pairs
 (data/train-*.src / .tgt) and aligned by eflomal, symmetrized, as `prepare` aligns
 (`pipelines.corpus.alignments`); the gold pairs come from the test split, so they are not
 in train.

@@ -10,8 +10,10 @@ beam's translations and scores, best first), `translate_prefix` (text, prefix ->
 translation, score: each translation begins with its prefix), `translate_sample` (text and
 sampling parameters per line -> a random translation, score), `score` (text, target -> the
 given translation's score, log-probability and per-piece log-probabilities), `align` (text,
-target -> the given translation's word alignment, `I-J ...`) and `translate_terms` (text, target
-terms [batch, terms] -> translations holding them: `export.terminology`). The graphs use
+target -> the given translation's word alignment, `I-J ...`), `translate_aligned` (text ->
+translation, score and its word alignment, in one request: `export.aligned_translation`) and
+`translate_terms` (text, target terms [batch, terms] -> translations holding them:
+`export.terminology`). The graphs use
 core TF ops and TF Text ops of TF Serving's set (serving/tf_serving_text_ops.txt); the
 SentencePiece model is inside them.
 
@@ -35,8 +37,8 @@ from export.metadata import METADATA_FILE, SAVED_MODEL_EXTRA, SPM_FILE, saved_mo
 from export.serving.client import predict_request
 from export.text import encode_text
 from export.scores import Pair, PairScore, score_in_batches
-from export.signature_outputs import (aligned_in_batches, nbest_pairs, prefixed_in_batches,
-                                     scored_batch, translated_text)
+from export.signature_outputs import (nbest_pairs, prefixed_in_batches, scored_batch,
+                                      translated_aligned_in_batches, translated_text)
 from export.translator import Translator
 from export.versions import publish_version, staging_directory
 from keras_transformer.compiled_search import bucket_sources
@@ -70,6 +72,7 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
             "translate_sample": translator.translate_sample.get_concrete_function(),
             "score": translator.score.get_concrete_function(),
             "align": translator.align.get_concrete_function(),
+            "translate_aligned": translator.translate_aligned.get_concrete_function(),
             "translate_terms": translator.translate_terms.get_concrete_function()})
         extra = temporary / "assets.extra"
         extra.mkdir()
@@ -89,7 +92,8 @@ def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
 
     batches = [np.array(texts[:1], object), np.array(texts, object)]
     requests = [predict_request(model_name, {"text": batch}, signature)
-                for batch in batches for signature in ("serving_default", "translate_nbest")]
+                for batch in batches
+                for signature in ("serving_default", "translate_nbest", "translate_aligned")]
     requests += [predict_request(model_name, {"text": batch, "prefix": np.full_like(batch, "")},
                                  "translate_prefix") for batch in batches]
     requests += [predict_request(model_name, {"text": batch, "target": batch}, signature)
@@ -182,10 +186,10 @@ class SavedModelTranslator:
 
     def aligned_lines(self, lines: Sequence[str], batch_size: int = 32
                       ) -> list[tuple[str, str]]:
-        """(translation, `I-J ...` word alignment) of each line, in order: the translation of
-        `serving_default` sent back with its line to the `align` signature."""
-        return aligned_in_batches(self._signature("align"), self.translate_lines(
-            lines, batch_size), lines, batch_size)
+        """(translation, `I-J ...` word alignment) of each line, in order, through the
+        `translate_aligned` signature."""
+        return translated_aligned_in_batches(self._signature("translate_aligned"), lines,
+                                             batch_size)
 
     @property
     def translate_terms(self):

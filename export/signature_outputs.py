@@ -48,8 +48,8 @@ def prefixed_in_batches(translate_prefix: Callable[..., dict[str, tf.Tensor]],
 
 def aligned_in_batches(align: Callable[..., dict[str, tf.Tensor]], translations: Sequence[str],
                        lines: Sequence[str], batch_size: int) -> list[tuple[str, str]]:
-    """(translation, `I-J ...`) of each line in order: `align(text=, target=)` (the function
-    or the `align` signature) of each line and its translation, in batches."""
+    """(translation, `I-J ...`) of each line and its given translation, in order:
+    `align(text=, target=)` (the function or the `align` signature), in batches."""
     def align_batch(batch: list[tuple[str, str]]) -> list[tuple[str, str]]:
         texts, targets = zip(*batch)
         output = align(text=tf.constant(texts), target=tf.constant(targets))
@@ -58,6 +58,19 @@ def aligned_in_batches(align: Callable[..., dict[str, tf.Tensor]], translations:
 
     return translate_in_batches(align_batch, list(zip(lines, translations)), batch_size,
                                 length=lambda pair: len(pair[1]))
+
+
+def translated_aligned_in_batches(translate_aligned: Callable[..., dict[str, tf.Tensor]],
+                                  lines: Sequence[str], batch_size: int
+                                  ) -> list[tuple[str, str]]:
+    """(translation, `I-J ...`) of each line in order: `translate_aligned(text=)` (the
+    function or its signature), in batches of similar lines."""
+    def translate_batch(batch: list[str]) -> list[tuple[str, str]]:
+        output = translate_aligned(text=tf.constant(batch, tf.string))
+        return [(text.decode("utf-8"), pairs.decode("utf-8")) for text, pairs in
+                zip(output["translation"].numpy(), output["alignment"].numpy())]
+
+    return translate_in_batches(translate_batch, lines, batch_size)
 
 
 def termed_in_batches(translate_terms: Callable[..., dict[str, tf.Tensor]],

@@ -18,6 +18,8 @@ the serving signatures of the SavedModel (the first two are the sources of the O
         token_log_probs theirs (0 at PAD)
     align(text string [batch], target string [batch]) -> {"alignment": string [batch]}: each
         given translation's word alignment `I-J ...` (`keras_transformer.alignment`)
+    translate_aligned(text string [batch]) -> as `translate`, and "alignment": string [batch],
+        each translation's word alignment (`export.aligned_translation`)
     translate_terms(text string [batch], terms string [batch, terms]) -> as `translate`, each
         translation holding its target terms, and "terms_fit", "term_found" (`export.terminology`)
 
@@ -61,22 +63,22 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from export.aligned_translation import translate_with_alignment, word_starts
 from export.lines import scored_in_batches, translate_in_batches
 from export.text import encode_text
 from export.metadata import ExportMetadata
 from export.scores import Pair, PairScore, score_in_batches
 from export.signature_specs import (IDS_SPEC, PREFIX_SPEC, SAMPLING_SPECS, TARGET_IDS_SPEC,
                                     TARGET_SPEC, TEXT_SPEC, Untracked)
-from export.signature_outputs import (aligned_in_batches, nbest_pairs, prefixed_in_batches,
-                                     scored_batch, translated_text)
+from export.signature_outputs import (nbest_pairs, prefixed_in_batches, scored_batch,
+                                      translated_aligned_in_batches, translated_text)
 from export.terminology import TERMS_SPEC, translate_with_terms
-from export.word_alignment import starts_word
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.alignment import align_targets
 from keras_transformer.compiled_search import compiled_search, decode_hypotheses_compiled
 from keras_transformer.scoring import score_targets
-from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, vocabulary
+from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from keras_transformer.sampling import Sampling
 from keras_transformer.translate import decode_hypotheses, sample_sources
 
@@ -201,11 +203,15 @@ class Translator(tf.Module):
         """UTF-8 lines [batch] and their translations [batch] -> {"alignment": string [batch]}:
         `I-J ...`, source word I aligned to target word J, a pair per target word in order
         (`keras_transformer.alignment`; "" where either side has no word). A target of more
-        pieces than the model accepts fails the request (InvalidArgumentError)."""
-        starts = tf.constant([starts_word(piece) for piece, _ in
-                              vocabulary(self.spm_model_proto)])  # bool [vocab]
+        pieces than the model's positions fails the request (InvalidArgumentError)."""
         return {"alignment": align_targets(self.model, *self.encode_pairs(text, target),
-                                           starts)}
+                                           word_starts(self.spm_model_proto))}
+
+    @tf.function(input_signature=[TEXT_SPEC])
+    def translate_aligned(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        """UTF-8 lines [batch] -> `translate`'s outputs and each translation's word alignment
+        [batch], in one request (`export.aligned_translation`)."""
+        return translate_with_alignment(self, text)
 
     @tf.function(input_signature=[IDS_SPEC, TARGET_IDS_SPEC])
     def score_ids(self, source_ids: tf.Tensor, target_pieces: tf.Tensor
@@ -278,8 +284,7 @@ class Translator(tf.Module):
     def aligned_lines(self, lines: Sequence[str], batch_size: int = 32
                       ) -> list[tuple[str, str]]:
         """(translation, `I-J ...` word alignment) of each line, in order."""
-        return aligned_in_batches(self.align, self.translate_lines(lines, batch_size),
-                                  lines, batch_size)
+        return translated_aligned_in_batches(self.translate_aligned, lines, batch_size)
 
     def nbest_lines(self, lines: Sequence[str], batch_size: int = 32
                     ) -> list[list[tuple[str, float]]]:

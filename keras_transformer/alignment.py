@@ -1,8 +1,8 @@
 """Word alignments from the model's own cross-attention: for each target piece, the attention of
 one decoder layer over the source pieces, averaged over its heads (or, for a model trained with
-guided alignment, its head 0 alone: `ModelConfig.alignment_heads`), in a teacher-forced pass over a given translation (as `keras_transformer.scoring` scores one), then
-summed over the pieces of each word; a target word is aligned to the source word it attends to
-most.
+guided alignment, its head 0 alone: `ModelConfig.alignment_heads`), in a teacher-forced pass
+over a given translation (as `keras_transformer.scoring` scores one), then summed over the
+pieces of each word; a target word is aligned to the source word it attends to most.
 
     alignment_layer(config) -> the decoder layer whose cross-attention aligns
     alignment_head_count(config) -> how many of its heads, from head 0, are averaged
@@ -30,7 +30,6 @@ import tensorflow as tf
 
 from keras_transformer.config import ModelConfig
 from keras_transformer.model import Transformer
-from keras_transformer.scoring import target_lengths
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -96,13 +95,20 @@ def align_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tens
                   starts_word: tf.Tensor) -> tf.Tensor:
     """string [batch]: `I-J ...`, source word I aligned to target word J, a pair per target
     word in order ("" where either side has no word). source_ids: pieces, EOS, PAD;
-    target_ids: pieces then PAD, of at most the pieces the model scores (checked in the graph:
-    InvalidArgumentError, as `score_targets`); `starts_word`: bool [vocab]."""
+    target_ids: pieces then PAD, of at most the model's max_length pieces (its positions:
+    the steps that predict them; a search's longest output without its EOS), checked in the
+    graph (InvalidArgumentError); `starts_word`: bool [vocab]."""
     target_ids = tf.cast(target_ids, tf.int32)
-    length = target_lengths(target_ids, model.model_config.max_length)  # [batch]
-    with tf.control_dependencies([length]):
-        target_ids = tf.pad(target_ids, [[0, 0], [0, 1]])  # [batch, time + 1]: a row if 0
-    attention = target_attention(model, source_ids, target_ids)  # [batch, time + 1, source]
+    max_length = model.model_config.max_length
+    pieces = tf.reduce_sum(tf.cast(target_ids != PAD_ID, tf.int32), axis=1)  # [batch]
+    fits = tf.debugging.assert_less_equal(
+        pieces, max_length, message=f"a target longer than the model aligns ({max_length} "
+        f"pieces); the first value is the longest target's length")
+    with tf.control_dependencies([fits]):
+        # Pieces come first: at most max_length steps, and at least one (a row if time is 0).
+        no_time = tf.maximum(0, 1 - tf.shape(target_ids)[1])
+        target_ids = tf.pad(target_ids[:, :max_length], [[0, 0], [0, no_time]])
+    attention = target_attention(model, source_ids, target_ids)  # [batch, time, source]
     source_words = word_alignment(attention, source_ids, target_ids, starts_word)  # [b, w]
     target_words = tf.strings.as_string(tf.range(tf.shape(source_words)[1]))  # [words]
     pairs = tf.strings.join([tf.strings.as_string(source_words), "-",

@@ -151,3 +151,34 @@ def test_ctranslate2_returns_head_0_alone_for_a_guided_model(export_translator, 
     np.testing.assert_allclose(theirs, ours[:rows, :columns], atol=1e-4)
     averaged = alignment.target_attention(export_translator.model, source, target).numpy()[0]
     assert not np.allclose(theirs, averaged[:rows, :columns], atol=1e-3)
+
+
+def test_translate_aligned_aligns_translations_cut_at_the_models_positions(export_translator):
+    """translate_aligned gives `translate`'s outputs and `align`'s pairs in one call, also for
+    translations that end at the model's positions without EOS, which `align` accepts (and no
+    longer target)."""
+    from export.translator import Translator
+    from keras_transformer.decoding_settings import DecodingSettings
+    from keras_transformer.model import Transformer
+
+    config = dataclasses.replace(export_translator.model.model_config, max_length=5)
+    model = Transformer(config)
+    model.set_weights(export_translator.model.get_weights())
+    translator = Translator(model, export_translator.spm_model_proto, DecodingSettings())
+    lines = SENTENCES + [""]
+    output = translator.translate_aligned(tf.constant(lines))
+    expected = translator.translate(tf.constant(lines))
+    np.testing.assert_array_equal(output["translation"], expected["translation"])
+    np.testing.assert_array_equal(output["score"], expected["score"])
+    ids = translator.translate_ids(source_ids(translator.spm_model_proto, lines))["target_ids"]
+    ids = ids.numpy()
+    assert (((ids != PAD_ID).sum(axis=1) == 5) & (ids != EOS_ID).all(axis=1)).any()  # cut
+    translations = [text.decode() for text in output["translation"].numpy()]
+    served = [text.decode() for text in output["alignment"].numpy()]
+    assert served == [text.decode() for text in translator.align(
+        text=tf.constant(lines), target=tf.constant(translations))["alignment"].numpy()]
+    assert [[target for _, target in parse_alignment(pairs)] for pairs in served] == \
+        [list(range(len(text.split()))) for text in translations]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"a target longer than the model aligns \(5 pieces\)"):
+        translator.align(text=tf.constant(["bird"]), target=tf.constant(["stone " * 6]))

@@ -31,7 +31,7 @@ def test_reloaded_signatures_equal_keras_level_beam_search(loaded, export_transl
                                                            keras_reference):
     assert set(loaded.signatures) == {"serving_default", "translate_ids", "translate_nbest",
                                       "translate_prefix", "translate_sample", "score",
-                                      "align", "translate_terms"}
+                                      "align", "translate_aligned", "translate_terms"}
     ids = loaded.signatures["translate_ids"](
         source_ids=tf.constant(keras_reference["source_ids"]))
     np.testing.assert_array_equal(ids["target_ids"].numpy(), keras_reference["target_ids"])
@@ -58,7 +58,8 @@ def test_warmup_requests_cover_every_signature(saved_model_dir, loaded):
     logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in records]
     requests = [log.predict_log.request for log in logs]
     assert [r.model_spec.signature_name for r in requests] == \
-        ["serving_default", "translate_nbest"] * 2 + ["translate_prefix"] * 2 + \
+        ["serving_default", "translate_nbest", "translate_aligned"] * 2 + \
+        ["translate_prefix"] * 2 + \
         ["score", "align"] * 2 + ["translate_terms"] * 2 + ["translate_sample"] * 2 + \
         ["translate_ids"] * 2
     assert all(r.model_spec.name == "tiny" for r in requests)

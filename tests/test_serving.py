@@ -194,12 +194,19 @@ def test_the_prefix_signature_forces_each_translation_to_begin_with_its_prefix(s
         prefix_request(server, lines, prefixes[:2])
 
 
-def test_the_align_signature_gives_each_translations_word_alignment(server,
-                                                                     saved_model_translator):
+def test_the_align_signatures_give_each_translations_word_alignment(server,
+                                                                      saved_model_translator):
+    """translate_aligned: `translate`'s outputs and the alignment in one request; `align` gives
+    the same alignment for a line and its translation."""
     lines = SENTENCES + [""]
-    expected = saved_model_translator.aligned_lines(lines)
+    expected = saved_model_translator.aligned_lines(lines)  # tf.saved_model.load's signature
+    response = server.predict(predict_request("tiny", {"text": np.array(lines, object)},
+                                              "translate_aligned"))
+    assert parse_response(response) == translate(server, lines)
+    alignments = [a.decode() for a in tf.make_ndarray(response.outputs["alignment"])]
+    assert list(zip(parse_response(response)[0], alignments)) == expected
     response = server.predict(predict_request("tiny", {
         "text": np.array(lines, object),
         "target": np.array([text for text, _ in expected], object)}, "align"))
-    alignments = [a.decode() for a in tf.make_ndarray(response.outputs["alignment"])]
-    assert alignments == [pairs for _, pairs in expected] and alignments[-1] == ""
+    assert [a.decode() for a in tf.make_ndarray(response.outputs["alignment"])] == alignments
+    assert alignments[-1] == "" and all(alignments[:-1])

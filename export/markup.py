@@ -16,7 +16,10 @@ the translation, each element spans its aligned target words, from the first to 
 whole line), clipped to its parent, less the words aligned to source words outside it and
 those of its earlier siblings (the run of most of its own words is kept), so the output is
 well-formed with each tag exactly once, as written; an element none of whose words is aligned,
-or left no room, becomes empty where its first word's nearest aligned neighbour went. Text
+or left no room, becomes empty where its first word's nearest aligned neighbour went. A
+placeholder or empty element written against a word, with no space between (`word<x/>`,
+`<x/>word`, `wo<x/>rd`), stays against one: after the target word of the nearest aligned
+source word before it (`word<x/>`), before that of the nearest one at or after it. Text
 outside tags is not unescaped (`&amp;` is translated as written). Anything else with `<` (a
 comment, a stray `<`, a tag that is never closed or closes another) is a MarkupError.
 """
@@ -35,8 +38,11 @@ TAG = re.compile(rf"<(?P<close>/)?(?P<name>{NAME})(?P<attributes>(?:{ATTRIBUTE})
 
 # A tag or word to write: sort keys (target word, 0 before it / 1 the word / 2 after it,
 # nesting order: an empty element before a sibling's opening tag at the same word), its text,
-# and its kind: "open", "close", "empty" or "word".
+# and its kind: "open", "close", "empty", "glued-left" / "glued-right" (an empty element
+# against the word before / after it) or "word".
 Item = tuple[int, int, float, str, str]
+SPACE_AFTER = ("word", "close", "empty", "glued-left")  # a space between one of these
+SPACE_BEFORE = ("word", "open", "empty", "glued-right")  # and one of these after it
 
 
 class MarkupError(ValueError):
@@ -46,11 +52,13 @@ class MarkupError(ValueError):
 @dataclasses.dataclass
 class Element:
     """A tag pair (`close` set) or a self-closing tag (`close` None) and the source words it
-    covers, [first, end) (first == end: none; it then sits before word `first`)."""
+    covers, [first, end) (first == end: none; it then sits before word `first`); `glued`:
+    "left" / "right" for an empty one written against the word before / after it."""
     open: str
     close: str | None
     first: int = 0
     end: int = 0
+    glued: str = ""
     children: list[Element] = dataclasses.field(default_factory=list)
 
 
@@ -116,6 +124,10 @@ def parse_markup(line: str) -> MarkupLine:
         after = sum(1 for _, last in words if last <= start)
         element.first, element.end = (touched[0], touched[-1] + 1) if touched else (after,
                                                                                      after)
+        if start == end:  # inside a word (touched), it sits before the word, against it
+            element.glued = ("right" if touched else
+                             "left" if start and not text[start - 1].isspace() else
+                             "right" if start < len(text) and not text[start].isspace() else "")
     root.end = len(words)
     return MarkupLine(" ".join(text.split()), root)
 
@@ -144,8 +156,9 @@ def _place(element: Element, span: tuple[int, int], sources: dict[int, list[int]
         start, end = _child_span(child, element, span, sources, taken)
         if start == end:  # a placeholder, an empty element: after the span's last word
             inside_end = start == span[1] > span[0]  # (before its closing tag)
-            items.append((start - 1, 2, -depth, _collapsed(child), "empty") if inside_end
-                         else (start, 0, depth - 0.5, _collapsed(child), "empty"))
+            kind = f"glued-{child.glued}" if child.glued else "empty"
+            items.append((start - 1, 2, -depth, _collapsed(child), kind) if inside_end
+                         else (start, 0, depth - 0.5, _collapsed(child), kind))
             continue
         taken.append((start, end))
         items.append((start, 0, depth, child.open, "open"))
@@ -183,29 +196,32 @@ def _child_span(child: Element, parent: Element, span: tuple[int, int],
             runs.append((word, word + 1))
     if child.close is not None and runs:
         return max(runs, key=lambda run: (len(own.intersection(range(*run))), -run[0]))
-    boundary = _boundary(child.first, sources, span)
+    boundary = _boundary(child.first, sources, span, after_first=child.glued != "left")
     for start, end in taken:  # not inside an earlier sibling
         if start < boundary < end:
             boundary = end
     return boundary, boundary
 
 
-def _boundary(word: int, sources: dict[int, list[int]], span: tuple[int, int]) -> int:
+def _boundary(word: int, sources: dict[int, list[int]], span: tuple[int, int],
+              after_first: bool = True) -> int:
     """The target word boundary for a tag before source word `word`: before the first target
     word of the nearest aligned source word at or after it, else after the last one of the
-    nearest before it, else the start of `span`; within `span`."""
+    nearest before it (the other way round without `after_first`), else the start of `span`;
+    within `span`."""
     after = [min(sources[s]) for s in sorted(sources) if s >= word]
     before = [max(sources[s]) + 1 for s in sorted(sources) if s < word]
-    boundary = after[0] if after else before[-1] if before else span[0]
+    first, second = (after[:1], before[-1:]) if after_first else (before[-1:], after[:1])
+    boundary = (first or second or [span[0]])[0]
     return min(max(boundary, span[0]), span[1])
 
 
 def _join(items: list[Item]) -> str:
     """Tags and words in order as one line: a space between a word, closing tag or empty
-    element and a word, opening tag or empty element after it."""
+    element and a word, opening tag or empty element after it, none on a glued side."""
     text, previous = "", "open"
     for *_, item, kind in items:
-        if previous in ("word", "close", "empty") and kind in ("word", "open", "empty"):
+        if previous in SPACE_AFTER and kind in SPACE_BEFORE:
             text += " "
         text, previous = text + item, kind
     return text

@@ -21,7 +21,12 @@ def carried(line: str, translation: str, alignment: str) -> str:
     ("<b>a</b> <i>b</i>", "a b", "B A", "1-0 0-1", "<i>B</i> <b>A</b>"),  # adjacent, swapped
     ("<b>a b</b> <i>c</i>", "a b c", "X Y Z", "0-0 2-1 1-2", "<b>X</b> <i>Y</i> Z"),  # overlap
     ("a <b></b> b", "a b", "A B", "0-0 1-1", "A <b></b> B"),  # empty element
-    ('one<x id="1"/> two', "one two", "un deux", "0-0 1-1", 'un <x id="1"/> deux'),
+    ('one<x id="1"/> two', "one two", "un deux", "0-0 1-1", 'un<x id="1"/> deux'),  # glued
+    ('one <x/>two', "one two", "deux un", "1-0 0-1", '<x/>deux un'),  # glued to the next
+    ('a<x/> b c', "a b c", "C B A", "2-0 1-1 0-2", 'C B A<x/>'),  # after a's word, moved
+    ('a <x/> b', "a b", "B A", "1-0 0-1", '<x/> B A'),  # spaced: before b's word
+    ('wo<x/>rd next', "word next", "mot suivant", "0-0 1-1", '<x/>mot suivant'),  # in a word
+    ('<b>a</b><x/><y/> b', "a b", "A B", "0-0 1-1", '<b>A</b><x/><y/> B'),
     ('<a href="x>y" title=\'say "hi"\'>link</a> text', "link text", "texte lien", "1-0 0-1",
      'texte <a href="x>y" title=\'say "hi"\'>lien</a>'),  # quotes, > inside quotes
     ("<p>all the line</p>", "all the line", "toute la ligne ici", "0-0 1-1 2-2",

@@ -64,16 +64,16 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
     """
     temporary = staging_directory(base_dir, ".export")
     try:
+        # The functions, not their concrete functions: save traces every function of the
+        # module in its own context, which is part of the trace cache's key, so a function
+        # traced before save would be traced twice (TensorFlow issue #56370).
         tf.saved_model.save(translator, str(temporary), signatures={
-            "serving_default": translator.translate.get_concrete_function(),
-            "translate_ids": translator.translate_ids.get_concrete_function(),
-            "translate_nbest": translator.translate_nbest.get_concrete_function(),
-            "translate_prefix": translator.translate_prefix.get_concrete_function(),
-            "translate_sample": translator.translate_sample.get_concrete_function(),
-            "score": translator.score.get_concrete_function(),
-            "align": translator.align.get_concrete_function(),
-            "translate_aligned": translator.translate_aligned.get_concrete_function(),
-            "translate_terms": translator.translate_terms.get_concrete_function()})
+            "serving_default": translator.translate, "translate_ids": translator.translate_ids,
+            "translate_nbest": translator.translate_nbest,
+            "translate_prefix": translator.translate_prefix,
+            "translate_sample": translator.translate_sample, "score": translator.score,
+            "align": translator.align, "translate_aligned": translator.translate_aligned,
+            "translate_terms": translator.translate_terms})
         extra = temporary / "assets.extra"
         extra.mkdir()
         write_warmup(extra / WARMUP_FILE, translator, warmup_text, model_name)

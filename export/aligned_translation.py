@@ -39,13 +39,19 @@ def word_starts(spm_model_proto: bytes) -> tf.Tensor:
     return tf.constant([starts_word(piece) for piece, _ in vocabulary(spm_model_proto)])
 
 
+def search_alignment(model: Transformer, spm_model_proto: bytes, source_ids: tf.Tensor,
+                     target_ids: tf.Tensor) -> tf.Tensor:
+    """Graph code: string [batch], the `I-J ...` alignment of each searched translation;
+    target_ids [batch, time]: a search's output (pieces, EOS where it ended, PAD)."""
+    pieces = tf.where(target_ids == EOS_ID, PAD_ID, target_ids)  # [batch, time]
+    return align_targets(model, source_ids, pieces, word_starts(spm_model_proto))
+
+
 def translate_with_alignment(translator: SearchingTranslator,
                              text: tf.Tensor) -> dict[str, tf.Tensor]:
     """Graph code: `translate_aligned`'s outputs (module docstring)."""
     source_ids = translator.encode(text)  # [batch, source]
     target_ids, score = translator.search(source_ids)  # [batch, time]: pieces, EOS, PAD
-    pieces = tf.where(target_ids == EOS_ID, PAD_ID, target_ids)  # [batch, time]
-    alignment = align_targets(translator.model, source_ids, pieces,
-                              word_starts(translator.spm_model_proto))  # [batch]
     return {"translation": Tokenizer(translator.spm_model_proto).detokenize(target_ids),
-            "score": score, "alignment": alignment}
+            "score": score, "alignment": search_alignment(
+                translator.model, translator.spm_model_proto, source_ids, target_ids)}

@@ -27,11 +27,13 @@ class GlossaryError(ValueError):
 
 class TermTranslation(NamedTuple):
     """A line translated with its target terms: `terms_fit` false when their pieces outnumber
-    the line's output limit (translated without them); `term_found` per term, in order."""
+    the line's output limit (translated without them); `term_found` per term, in order;
+    `alignment`: the translation's word alignment, `I-J ...`."""
     translation: str
     score: float
     terms_fit: bool
     term_found: tuple[bool, ...]
+    alignment: str
 
 
 class Glossary:

@@ -85,10 +85,12 @@ def termed_in_batches(translate_terms: Callable[..., dict[str, tf.Tensor]],
             padded, tf.string, [len(texts), len(padded[0])]))
         found = output["term_found"].numpy()
         return [TermTranslation(text.decode("utf-8"), float(score), bool(fit),
-                                tuple(bool(value) for value in row[:len(line_terms)]))
-                for text, score, fit, row, line_terms in zip(
+                                tuple(bool(value) for value in row[:len(line_terms)]),
+                                pairs.decode("utf-8"))
+                for text, score, fit, row, line_terms, pairs in zip(
                     output["translation"].numpy(), output["score"].numpy(),
-                    output["terms_fit"].numpy(), found, batch_terms)]
+                    output["terms_fit"].numpy(), found, batch_terms,
+                    output["alignment"].numpy())]
 
     return translate_in_batches(translate_batch, list(zip(lines, terms)), batch_size,
                                 length=lambda pair: len(pair[0]))

@@ -4,7 +4,8 @@ tokenized in the graph with the export's own SentencePiece model, then constrain
 
     translate_terms(text string [batch], terms string [batch, terms]) ->
         {"translation": string [batch], "score": float32 [batch],
-         "terms_fit": bool [batch], "term_found": bool [batch, terms]}
+         "terms_fit": bool [batch], "term_found": bool [batch, terms],
+         "alignment": string [batch]}
 
 `terms` holds each line's target terms, "" as padding (a row of "": as `translate`); a term
 is met as whole words: its pieces, then a piece that starts a word or punctuation, or the end
@@ -12,7 +13,8 @@ is met as whole words: its pieces, then a piece that starts a word or punctuatio
 whose terms have more pieces in all than its output limit (source length + extra_length, at
 most the model's positions) is translated without them, with `terms_fit` false: the request
 does not fail, so that one line cannot fail a batch TF Serving merged; `term_found` tells, per
-term, whether the translation holds its pieces (true for "").
+term, whether the translation holds its pieces (true for ""); `alignment` is each
+translation's word alignment, as `translate_aligned` gives it (`export.aligned_translation`).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import Protocol
 
 import tensorflow as tf
 
+from export.aligned_translation import search_alignment
 from export.word_alignment import starts_word
 
 from keras_transformer.decoding_settings import DecodingSettings
@@ -68,4 +71,6 @@ def translate_with_terms(translator: EncodingTranslator, text: tf.Tensor,
     decoded = decode_with_terms(translator.model, source_ids, translator.settings, term_ids,
                                 word_end)
     return {"translation": tokenizer.detokenize(decoded.target_ids), "score": decoded.score,
-            "terms_fit": decoded.terms_fit, "term_found": decoded.term_found}
+            "terms_fit": decoded.terms_fit, "term_found": decoded.term_found,
+            "alignment": search_alignment(translator.model, translator.spm_model_proto,
+                                          source_ids, decoded.target_ids)}

@@ -21,7 +21,8 @@ the serving signatures of the SavedModel (the first two are the sources of the O
     translate_aligned(text string [batch]) -> as `translate`, and "alignment": string [batch],
         each translation's word alignment (`export.aligned_translation`)
     translate_terms(text string [batch], terms string [batch, terms]) -> as `translate`, each
-        translation holding its target terms, and "terms_fit", "term_found" (`export.terminology`)
+        translation holding its target terms, "terms_fit", "term_found" and "alignment"
+        (`export.terminology`)
 
 `source_ids` are a source as training saw it: pieces, EOS, then PAD; `target_ids` are the best
 hypothesis without BOS, EOS included where it ended with one, PAD after. The score is its

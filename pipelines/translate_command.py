@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -128,8 +129,10 @@ def _window_translator(translator, args: argparse.Namespace, prefixes: list[str]
     translations that begin with their prefixes."""
     def translate(lines: list[str], first: int) -> list[str]:
         if args.alignments or args.markup:
-            return aligned_rows(translator, lines, args.markup, args.alignments,
-                                args.batch_size)
+            return aligned_rows(
+                partial(termed.aligned_lines, first=first) if termed else
+                partial(translator.aligned_lines, batch_size=args.batch_size),
+                lines, args.markup, args.alignments)
         if sampling is not None and not (args.scores or pieces):
             return [text + "\n" for text, _ in translator.sampled_lines(
                 lines, sampling, first, args.batch_size)]

@@ -3,9 +3,11 @@
 signature (constrained beam search); the glossary and the options checked before any work, and
 a term that could not be used reported on stderr, one line each (`INPUT:LINE: ...`).
 
-With --scores and --tokens a row scores the constrained translation; --n-best,
---prefix-file, --sampling-*, --alignments and --markup are refused (none has a constrained
-search), and so are ONNX Runtime and CTranslate2 (no constrained search in their graphs)."""
+With --scores and --tokens a row scores the constrained translation; with --alignments and
+--markup the constrained translation is aligned (`translate_terms` gives its alignment, the
+terms found in the line's text without its tags); --n-best, --prefix-file and --sampling-*
+are refused (none has a constrained search), and so are ONNX Runtime and CTranslate2 (no
+constrained search in their graphs)."""
 from __future__ import annotations
 
 import argparse
@@ -30,10 +32,8 @@ def check_glossary(args: argparse.Namespace, runtime: str, directory: Path,
     """
     if not args.glossary:
         return None
-    if (args.n_best is not None or args.prefix_file or args.alignments or args.markup
-            or sampling):
-        raise InputError("--glossary: not with --n-best, --prefix-file, --sampling-*, "
-                         "--alignments or --markup")
+    if args.n_best is not None or args.prefix_file or sampling:
+        raise InputError("--glossary: not with --n-best, --prefix-file or --sampling-*")
     if runtime != "tf":
         raise InputError(f"--glossary: {directory} is {RUNTIME_NAMES[runtime]}, which has no "
                          f"constrained search; use --runtime tf (the SavedModel's "
@@ -57,6 +57,15 @@ class GlossaryTranslator:
 
     def scored_lines(self, lines: list[str], first: int) -> list[tuple[str, float]]:
         """(translation, score) of each line of a window whose first line is line first + 1."""
+        return [(result.translation, result.score) for result in self.termed(lines, first)]
+
+    def aligned_lines(self, lines: list[str], first: int) -> list[tuple[str, str]]:
+        """(translation, `I-J ...` word alignment) of each line of such a window."""
+        return [(result.translation, result.alignment) for result in self.termed(lines, first)]
+
+    def termed(self, lines: list[str], first: int) -> list[TermTranslation]:
+        """Each line of a window whose first line is line first + 1 translated with its
+        terms; the lines whose terms did not fit or are missing said on stderr."""
         from export.signature_outputs import termed_in_batches
 
         terms = [self.glossary.target_terms(line) for line in lines]
@@ -67,7 +76,7 @@ class GlossaryTranslator:
             if problem:
                 print(f"keras-transformer translate: {self.input_name}:{first + index + 1}: "
                       f"{problem}", file=sys.stderr)
-        return [(result.translation, result.score) for result in results]
+        return results
 
 
 def term_problem(terms: list[str], result: TermTranslation) -> str | None:

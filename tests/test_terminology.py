@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from export.glossary import Glossary, GlossaryError
 from export.serving.client import predict_request
+from export.word_alignment import parse_alignment
 from export_helpers import SENTENCES
 from pipelines.cli import main
 from test_serving import SessionServer
@@ -76,6 +77,13 @@ def test_the_served_signature_puts_every_term_in_its_translation(server):
     assert served["terms_fit"].tolist() == [True] * 4 + [False, True]  # 60 pieces > 1 + 50
     assert served["term_found"][:4].all() and not served["term_found"][4, 0]
     assert translations[4] == plain_text[4] and (translations[5], served["score"][5]) == ("", 0)
+    aligned = server.predict(predict_request("tiny", {"text": np.array(lines, object)},
+                                             "translate_aligned"))
+    alignments = [pairs.decode() for pairs in served["alignment"]]
+    assert [alignments[i] for i in (1, 4, 5)] == [  # no term used: translate_aligned's
+        tf.make_ndarray(aligned.outputs["alignment"])[i].decode() for i in (1, 4, 5)]
+    assert [[t for _, t in parse_alignment(pairs)] for pairs in alignments[:4]] == [
+        list(range(len(text.split()))) for text in translations[:4]]  # every target word
     no_terms = terms_request(server, lines[:2], np.zeros([2, 0], object))
     assert [t.decode() for t in no_terms["translation"]] == plain_text[:2]
     with pytest.raises(tf.errors.InvalidArgumentError,
@@ -109,6 +117,21 @@ def test_translate_with_a_glossary_uses_each_term_or_says_why_not(saved_model_di
     rows = [row.split("\t") for row in capsysbinary.readouterr().out.decode().splitlines()]
     assert [row[1] for row in rows] == out and all(row[2].split()[-1].startswith("</s>=")
                                                    for row in rows)
+    # With markup: the terms of each line's text, its tags put back, the alignment printed.
+    tagged = ["<b>the bird</b> and the fish", 'sun moon <x id="1"/><i>star</i>', "tree", "door"]
+    source.write_text("\n".join(tagged) + "\n")
+    assert main(["translate", str(saved_model_dir), str(source), "--glossary", str(glossary),
+                 "--markup", "--alignments"]) == 0
+    captured = capsysbinary.readouterr()
+    rows = [row.split(" ||| ") for row in captured.out.decode().splitlines()]
+    assert [" ".join(re.sub(r"<[^<]*?>", " ", text).split()) for text, _ in rows] == out
+    for line, (text, pairs) in zip(tagged, rows):
+        assert sorted(re.findall(r"<[^<]*?>", text)) == sorted(re.findall(r"<[^<]*?>", line))
+        assert [t for _, t in parse_alignment(pairs)] == list(range(len(out[tagged.index(
+            line)].split())))
+    assert captured.err.decode().endswith(f"{source}:4: glossary terms \"{' '.join(['stone'] * 60)}"
+                                          f"\" do not fit in the line's output limit (source "
+                                          f"length + extra_length); translated without them\n")
 
 
 def test_a_bad_glossary_or_option_is_refused_before_any_work(exported, tmp_path, capsys):
@@ -130,11 +153,9 @@ def test_a_bad_glossary_or_option_is_refused_before_any_work(exported, tmp_path,
              f"has no constrained search; use --runtime tf (the SavedModel's translate_terms "
              f"signature)"),
             ([str(exported.saved_model), "--glossary", str(glossary), "--n-best", "2"],
-             "--glossary: not with --n-best, --prefix-file, --sampling-*, --alignments or "
-             "--markup"),
+             "--glossary: not with --n-best, --prefix-file or --sampling-*"),
             ([str(exported.saved_model), "--glossary", str(glossary), "--sampling-topk", "5"],
-             "--glossary: not with --n-best, --prefix-file, --sampling-*, --alignments or "
-             "--markup")]:
+             "--glossary: not with --n-best, --prefix-file or --sampling-*")]:
         assert main(["translate", args[0], str(source), *args[1:], "--output",
                      str(output)]) == 2
         assert capsys.readouterr().err == f"keras-transformer translate: error: {error}\n"

@@ -21,7 +21,10 @@ output against the reference) comes from the largest batch size's run. One warm-
 batch size is not timed (`tf-xla`, the SavedModel whose beam search XLA compiles at every
 batch size, `export.saved_model_xla_max_batch`: every batch, so that each shape is compiled
 before the timing); at batch 1 each sentence runs twice and the length table takes the
-faster run (other processes share the CPU).
+faster run (other processes share the CPU). The runtimes take turns batch by batch: each
+process decodes one batch while the others wait, so a machine whose speed drifts during the
+run (a shared virtual machine's can change 2x within minutes) slows every runtime alike and
+the ratios between them hold.
 """
 from __future__ import annotations
 
@@ -47,27 +50,70 @@ REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a 
 
 
 def worker(runtime: str, model_dir: Path, sources: list[list[int]], batch_size: int,
-           threads: int, repeats: int) -> list[dict]:
-    """Times `sources` decoded in batches, each `repeats` times: [{"seconds": [per run],
-    "sentences", "tokens", "lengths", "indices", "targets"}] per batch (targets: the best
-    ids of sources[indices], EOS included)."""
+           threads: int, repeats: int) -> None:
+    """Loads the runtime and warms it up, says "ready", then for each batch index read from
+    stdin times that batch `repeats` times and prints {"seconds": [per run], "sentences",
+    "tokens", "lengths", "indices", "targets"} as a JSON line (targets: the best ids of
+    sources[indices], EOS included)."""
     translate_ids = _translate_ids_function(runtime, model_dir, threads)
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    batches = source_batches(sources, batch_size)
     warmup = batches if runtime == "tf-xla" else batches[len(batches) // 2:][:1]
     for indices in warmup:  # tf-xla: every shape compiled first, as a server's warm-up does
         translate_ids([sources[i] for i in indices])
-    results = []
-    for indices in batches:
+    print("ready", flush=True)
+    for line in sys.stdin:
+        indices = batches[int(line)]
         seconds = []
         for _ in range(repeats):
             start = time.perf_counter()
             targets = translate_ids([sources[i] for i in indices])
             seconds.append(time.perf_counter() - start)
         lengths = [len(target) for target in targets]
-        results.append({"seconds": seconds, "sentences": len(indices), "tokens": sum(lengths),
-                        "lengths": lengths, "indices": indices, "targets": targets})
+        print(json.dumps({"seconds": seconds, "sentences": len(indices),
+                          "tokens": sum(lengths), "lengths": lengths, "indices": indices,
+                          "targets": targets}), flush=True)
+
+
+def source_batches(sources: list[list[int]], batch_size: int) -> list[list[int]]:
+    """Indices of `sources` in batches of similar lengths, as `translate_lines` makes them."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def taking_turns(runtimes: list[str], directories: dict[str, Path], sources: list[list[int]],
+                 batch_size: int, threads: int) -> dict[str, list[dict]]:
+    """Each runtime's timed batches: a worker process per runtime, loaded and warmed up,
+    then each batch decoded by one runtime after the other (never two at once)."""
+    repeats = REPEATS if batch_size == 1 else 1
+    workers = {}
+    for runtime in runtimes:  # started one by one: loading and warm-up are not timed
+        workers[runtime] = subprocess.Popen(
+            [sys.executable, __file__, "--worker", runtime, "--model-dir",
+             str(directories[runtime]), "--batch-size", str(batch_size), "--threads",
+             str(threads), "--repeats", str(repeats)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        workers[runtime].stdin.write(json.dumps(sources) + "\n")
+        workers[runtime].stdin.flush()
+        while _answer(runtime, workers[runtime]) != "ready":
+            pass  # what a library printed while loading
+    results: dict[str, list[dict]] = {runtime: [] for runtime in runtimes}
+    for index in range(len(source_batches(sources, batch_size))):
+        for runtime, process in workers.items():
+            process.stdin.write(f"{index}\n")
+            process.stdin.flush()
+            results[runtime].append(json.loads(_answer(runtime, process)))
+    for process in workers.values():
+        process.stdin.close()
+        process.wait()
     return results
+
+
+def _answer(runtime: str, process: subprocess.Popen) -> str:
+    """The worker's next line of output; an exited worker raises RuntimeError."""
+    line = process.stdout.readline()
+    if not line:
+        raise RuntimeError(f"{runtime}: the worker exited with {process.wait()}")
+    return line.strip()
 
 
 def _translate_ids_function(runtime: str, model_dir: Path, threads: int
@@ -187,35 +233,26 @@ def main() -> int:
     parser.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.worker:
-        sources = json.loads(sys.stdin.read())
-        repeats = REPEATS if args.batch_size == 1 else 1
-        print(json.dumps(worker(args.worker, Path(args.model_dir), sources, args.batch_size,
-                                args.threads, repeats)))
+        worker(args.worker, Path(args.model_dir), json.loads(sys.stdin.readline()),
+               args.batch_size, args.threads, args.repeats)
         return 0
     batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory() as scratch:
         runtimes = args.runtimes.split(",") if args.runtimes else default_runtimes()
         directories, about = find_model(args.config, Path(scratch), runtimes)
         sources, references, spm_model = test_split(args.config, args.sentences)
-        results: dict[str, dict[int, list[dict]]] = {}
-        bleus: dict[str, float] = {}
-        for runtime in runtimes:
-            name = f"{RUNTIMES[runtime]} ({runtime})"
-            results[name] = {}
-            for batch_size in batch_sizes:
-                done = subprocess.run(
-                    [sys.executable, __file__, "--worker", runtime, "--model-dir",
-                     str(directories[runtime]), "--batch-size", str(batch_size), "--threads",
-                     str(args.threads)], input=json.dumps(sources), capture_output=True,
-                    text=True)
-                if done.returncode:
-                    sys.stderr.write(done.stderr)
-                    return done.returncode
-                results[name][batch_size] = json.loads(done.stdout.splitlines()[-1])
-            bleus[name] = bleu(results[name][max(batch_sizes)], references, spm_model)
+        names = {runtime: f"{RUNTIMES[runtime]} ({runtime})" for runtime in runtimes}
+        results: dict[str, dict[int, list[dict]]] = {name: {} for name in names.values()}
+        for batch_size in batch_sizes:
+            timed = taking_turns(runtimes, directories, sources, batch_size, args.threads)
+            for runtime, batches in timed.items():
+                results[names[runtime]][batch_size] = batches
+        bleus = {name: bleu(by_batch[max(batch_sizes)], references, spm_model)
+                 for name, by_batch in results.items()}
         print(report(results, about, args.threads, bleus))
     return 0
 

@@ -197,6 +197,13 @@ class SavedModelTranslator:
         (`export.signature_outputs.termed_in_batches` calls it)."""
         return self._signature("translate_terms")
 
+    def check_output(self, signature: str, output: str) -> None:
+        """Raises ExportError, naming the version, when `signature` lacks `output` (an export
+        made before the signature gave it)."""
+        if output not in self._signature(signature).structured_outputs:
+            raise ExportError(f"{self.version_dir}: its {signature} signature has no {output} "
+                              f"output (an older export); export again")
+
     def _signature(self, name: str):
         if name not in self.loaded.signatures:
             raise ExportError(f"{self.version_dir}: exported without the {name} signature; "

@@ -84,13 +84,16 @@ def termed_in_batches(translate_terms: Callable[..., dict[str, tf.Tensor]],
         output = translate_terms(text=tf.constant(texts, tf.string), terms=tf.constant(
             padded, tf.string, [len(texts), len(padded[0])]))
         found = output["term_found"].numpy()
+        # "": an export made before translate_terms gave alignments (`translate` refuses
+        # --glossary with --alignments or --markup on it: SavedModelTranslator.check_output)
+        alignments = (output["alignment"].numpy() if "alignment" in output
+                      else [b""] * len(texts))
         return [TermTranslation(text.decode("utf-8"), float(score), bool(fit),
                                 tuple(bool(value) for value in row[:len(line_terms)]),
                                 pairs.decode("utf-8"))
                 for text, score, fit, row, line_terms, pairs in zip(
                     output["translation"].numpy(), output["score"].numpy(),
-                    output["terms_fit"].numpy(), found, batch_terms,
-                    output["alignment"].numpy())]
+                    output["terms_fit"].numpy(), found, batch_terms, alignments)]
 
     return translate_in_batches(translate_batch, list(zip(lines, terms)), batch_size,
                                 length=lambda pair: len(pair[0]))

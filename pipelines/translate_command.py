@@ -65,6 +65,9 @@ def translate_command(args: argparse.Namespace) -> int:
             import_tensorflow_quietly()
             warn_unused_gpu_driver("translate", "translating")
         translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
+        if runtime == "tf" and (args.alignments or args.markup):  # before any output
+            translator.check_output("translate_terms" if glossary else "translate_aligned",
+                                    "alignment")
         termed = None if glossary is None else GlossaryTranslator(
             translator, glossary, "stdin" if args.input == "-" else args.input, args.batch_size)
         cut, translate = _noting_cut_lines(

@@ -160,3 +160,29 @@ def test_a_bad_glossary_or_option_is_refused_before_any_work(exported, tmp_path,
                      str(output)]) == 2
         assert capsys.readouterr().err == f"keras-transformer translate: error: {error}\n"
         assert not output.exists()
+
+
+def test_an_export_older_than_the_alignment_output_still_translates_terms(
+        saved_model_translator):
+    """An export whose translate_terms gives no alignment: --glossary still works (the
+    alignment reads ""), and --alignments / --markup with it are refused naming the version."""
+    import copy
+    from types import SimpleNamespace
+
+    from export import ExportError
+    from export.signature_outputs import termed_in_batches
+
+    def older_signature(**inputs):
+        outputs = saved_model_translator.translate_terms(**inputs)
+        return {name: value for name, value in outputs.items() if name != "alignment"}
+
+    [result] = termed_in_batches(older_signature, ["the bird"], [["river"]], batch_size=32)
+    assert whole_word("river", result.translation) and result.alignment == ""
+    older = copy.copy(saved_model_translator)
+    older.loaded = SimpleNamespace(signatures={"translate_terms": SimpleNamespace(
+        structured_outputs={"translation": None})})  # an older export's outputs, in part
+    with pytest.raises(ExportError, match=re.escape(
+            f"{older.version_dir}: its translate_terms signature has no alignment output (an "
+            f"older export); export again")):
+        older.check_output("translate_terms", "alignment")
+    saved_model_translator.check_output("translate_terms", "alignment")  # this export has it

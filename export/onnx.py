@@ -104,11 +104,12 @@ def text_model(translator: Translator, ids_model: onnx.ModelProto,
     `translate_ids` reads the encoded ids as `translate` does."""
     tokenizer = Tokenizer(translator.spm_model_proto)
 
-    @tf.function(input_signature=[TEXT_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def encode(text: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"source_ids": translator.encode(text)}  # [batch, time]
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="target_ids")])
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="target_ids")],
+                 autograph=False)
     def detokenize(target_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"translation": tokenizer.detokenize(target_ids)}  # [batch]
 

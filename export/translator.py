@@ -121,7 +121,7 @@ class Translator(tf.Module):
         return ExportMetadata(self.settings, self.model.model_config,
                               self.model.dtype_policy.name, self.xla_max_batch)
 
-    @tf.function(input_signature=[IDS_SPEC])
+    @tf.function(input_signature=[IDS_SPEC], autograph=False)
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         """source ids [batch, time] -> best target ids [batch, time] and score [batch]."""
         source_ids = tf.ensure_shape(source_ids, IDS_SPEC.shape)  # TF Serving does not check
@@ -134,14 +134,14 @@ class Translator(tf.Module):
         target_ids, score = self.search(tf.pad(source_ids, [[0, 0], [0, no_time]]))
         return {"target_ids": target_ids, "score": score}
 
-    @tf.function(input_signature=[TEXT_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] -> translations [batch] and score [batch]."""
         target_ids, score = self.search(self.encode(text))  # [batch, time], [batch]
         translation = Tokenizer(self.spm_model_proto).detokenize(target_ids)  # [batch]
         return {"translation": translation, "score": score}
 
-    @tf.function(input_signature=[TEXT_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] -> the final beam's translations [batch, beam] and scores
         [batch, beam], best first (the first is `translate`'s)."""
@@ -151,7 +151,7 @@ class Translator(tf.Module):
         translations = Tokenizer(self.spm_model_proto).detokenize(flat)  # [batch * beam]
         return {"translations": tf.reshape(translations, shape[:2]), "scores": scores}
 
-    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC], autograph=False)
     def translate_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] and target prefixes [batch] -> translations [batch] that begin
         with their prefix (an empty prefix: as `translate`) and score [batch]."""
@@ -165,13 +165,13 @@ class Translator(tf.Module):
         ids, scores = self.hypotheses(source_ids, prefix_ids)  # [batch, beam, time]
         return {"translation": tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}
 
-    @tf.function(input_signature=[TEXT_SPEC, TERMS_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC, TERMS_SPEC], autograph=False)
     def translate_terms(self, text: tf.Tensor, terms: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] and target terms [batch, terms] ("": none) -> translations that
         hold their terms, scores, and whether the terms fit and were found."""
         return translate_with_terms(self, text, terms)
 
-    @tf.function(input_signature=[TEXT_SPEC, *SAMPLING_SPECS])
+    @tf.function(input_signature=[TEXT_SPEC, *SAMPLING_SPECS], autograph=False)
     def translate_sample(self, text: tf.Tensor, top_k: tf.Tensor, top_p: tf.Tensor,
                          temperature: tf.Tensor, seed: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] and each one's sampling parameters [batch] -> a translation
@@ -192,14 +192,14 @@ class Translator(tf.Module):
         return {"translation": Tokenizer(self.spm_model_proto).detokenize(target_ids),
                 "score": score}
 
-    @tf.function(input_signature=[TEXT_SPEC, TARGET_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC, TARGET_SPEC], autograph=False)
     def score(self, text: tf.Tensor, target: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] and their translations [batch] -> the translations' scores
         (as `translate` scores its own), log-probabilities and pieces. A target of more
         pieces than the model accepts fails the request (InvalidArgumentError), uncut."""
         return self._scores(*self.encode_pairs(text, target))
 
-    @tf.function(input_signature=[TEXT_SPEC, TARGET_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC, TARGET_SPEC], autograph=False)
     def align(self, text: tf.Tensor, target: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] and their translations [batch] -> {"alignment": string [batch]}:
         `I-J ...`, source word I aligned to target word J, a pair per target word in order
@@ -208,13 +208,13 @@ class Translator(tf.Module):
         return {"alignment": align_targets(self.model, *self.encode_pairs(text, target),
                                            word_starts(self.spm_model_proto))}
 
-    @tf.function(input_signature=[TEXT_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def translate_aligned(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] -> `translate`'s outputs and each translation's word alignment
         [batch], in one request (`export.aligned_translation`)."""
         return translate_with_alignment(self, text)
 
-    @tf.function(input_signature=[IDS_SPEC, TARGET_IDS_SPEC])
+    @tf.function(input_signature=[IDS_SPEC, TARGET_IDS_SPEC], autograph=False)
     def score_ids(self, source_ids: tf.Tensor, target_pieces: tf.Tensor
                   ) -> dict[str, tf.Tensor]:
         """source ids [batch, time] and target pieces [batch, time] (then PAD) -> as `score`

@@ -70,7 +70,8 @@ class Trainer:
                 if config.train.ema_decay else None)
         self.guided_weight = config.train.guided_alignment_weight
         self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        self._gradients = (tf.function(self._batch_gradients, jit_compile=True)
+        self._gradients = (tf.function(self._batch_gradients, jit_compile=True,
+                                       autograph=False)
                            if config.train.jit_compile else self._batch_gradients)
         self.train_step: tf.types.experimental.GenericFunction | None = None
         self.compiled_shapes: set[tuple[tuple[int, ...], ...]] = set()  # by XLA, this worker
@@ -94,7 +95,8 @@ class Trainer:
         loss scaling a non-finite step is skipped everywhere and the loss scale halved; without,
         it is applied and the caller must stop (`pipelines.training.train` does, before saving)."""
         specs = (element_spec,) * self.config.train.accumulate_steps
-        self.train_step = tf.function(self._distributed_step, input_signature=[specs])
+        self.train_step = tf.function(self._distributed_step, input_signature=[specs],
+                                      autograph=False)
 
     def new_compiled_shapes(self, batches: tuple[Batch, ...]) -> list[tuple[tuple[int, ...], ...]]:
         """The ([batch, source], [batch, target]) shapes among this worker's replicas'

@@ -42,7 +42,8 @@ class DevLoss:
     def __init__(self, model: Transformer, dataset: tf.data.Dataset) -> None:
         self.model = model
         self.dataset = dataset
-        self._sums = tf.function(self._batch_sums, input_signature=[IDS_SPEC, IDS_SPEC])
+        self._sums = tf.function(self._batch_sums, input_signature=[IDS_SPEC, IDS_SPEC],
+                                 autograph=False)
 
     def __call__(self) -> tuple[float, float] | None:
         """(loss per real target token, perplexity), or None when no dev pair fits the
@@ -99,7 +100,7 @@ class DevBleu:
         self.order = sorted(range(len(sources)), key=lambda i: lengths[i])  # similar lengths
         self.batches = [tf.gather(ids, self.order[i:i + DECODE_BATCH]).to_tensor(PAD_ID)
                         for i in range(0, len(sources), DECODE_BATCH)]  # [batch, src_len]
-        self._translate = tf.function(self._decode, input_signature=[IDS_SPEC])
+        self._translate = tf.function(self._decode, input_signature=[IDS_SPEC], autograph=False)
 
     def __call__(self) -> tuple[float, float]:
         """(BLEU, chrF), 0-100, of the current model's translations."""

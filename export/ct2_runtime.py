@@ -82,10 +82,11 @@ class CTranslate2Translator:
             return results
         longest = max(len(sources[i]) + 1 for i in real)  # EOS included
         settings = self.metadata.settings
-        options = {"beam_size": settings.beam_size, "length_penalty": settings.alpha, **options}
-        batch = self.translator.translate_batch(
-            [sources[i] for i in real], max_input_length=0, **options,
-            max_decoding_length=settings.output_limit(longest, self.metadata.model.max_length))
+        options = {"beam_size": settings.beam_size, "length_penalty": settings.alpha,
+                   "max_decoding_length": settings.output_limit(
+                       longest, self.metadata.model.max_length), **options}
+        batch = self.translator.translate_batch([sources[i] for i in real], max_input_length=0,
+                                                **options)
         for i, result in zip(real, batch):
             results[i] = result
         return results
@@ -94,13 +95,21 @@ class CTranslate2Translator:
                       ) -> list[tuple[str, str]]:
         """(translation, `I-J ...` word alignment) of each line, in order: the attention of
         the export's alignment layer (`return_attention`) merged to words as the SavedModel's
-        `align` merges it; a line without pieces: ("", "")."""
+        `align` merges it; a line without pieces: ("", "").
+
+        In a batch of several lines CTranslate2 4.8.5 returns another line's attention as the
+        first row of a hypothesis (the step that predicts its first piece; later rows are
+        right), which moved first words' pairs: that row is taken from a one-step decode of
+        each line alone (the same for every hypothesis of a line: its input is BOS)."""
         def translate(batch: list[str | bytes]) -> list[tuple[str, str]]:
             sources = self._source_pieces(batch)
+            first_rows = self._translate_batch(sources, return_attention=True, beam_size=1,
+                                               max_batch_size=1, max_decoding_length=1)
             return [(self._detokenize(result.hypotheses[0]), format_alignment(align_words(
-                result.attention[0], source, result.hypotheses[0]))) if result else ("", "")
-                for source, result in zip(sources, self._translate_batch(
-                    sources, return_attention=True))]
+                [first.attention[0][0], *result.attention[0][1:]], source,
+                result.hypotheses[0]))) if result else ("", "")
+                for source, result, first in zip(sources, self._translate_batch(
+                    sources, return_attention=True), first_rows)]
 
         return translate_in_batches(translate, lines, batch_size)
 

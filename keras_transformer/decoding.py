@@ -64,6 +64,7 @@ import tensorflow as tf
 from keras_transformer.decoding_settings import STOP_RULES, DecodingSettings
 from keras_transformer.greedy import (Cache, SymbolsToLogitsFn, cache_invariants, greedy_search,
                                       log_probs_step)
+from keras_transformer.top_k import chunked_top_k
 
 
 NEG_INF = -1e9  # the score of an impossible hypothesis: finite, so no NaN from inf - inf
@@ -226,7 +227,7 @@ def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
     vocab = tf.shape(log_probs)[1]
     log_probs = tf.reshape(log_probs, [batch, beam_size, vocab])
     log_probs += state.alive_log_probs[:, :, None]  # [batch, beam, vocab]
-    candidate_log_probs, flat_index = tf.math.top_k(
+    candidate_log_probs, flat_index = chunked_top_k(
         tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size)  # [batch, 2 * beam]
     origin = flat_index // vocab  # [batch, 2 * beam]: the alive beam extended
     tokens = flat_index - origin * vocab  # [batch, 2 * beam]

@@ -40,10 +40,13 @@ class SharedEmbedding(keras.layers.Layer):
     def logits(self, hidden: tf.Tensor, kernel: tf.Tensor | None = None) -> tf.Tensor:
         """Pre-softmax projection with the transposed embedding matrix, in float32; `kernel`:
         that matrix as `output_kernel` gave it (a decoding loop transposes it once, before)."""
-        if kernel is not None:
-            return tf.cast(tf.matmul(hidden, kernel), tf.float32)
-        table = tf.cast(self.embeddings, hidden.dtype)
-        return tf.cast(tf.matmul(hidden, table, transpose_b=True), tf.float32)
+        rows = tf.reshape(hidden, [-1, self.d_model])  # one matrix product, not one per row
+        if kernel is None:
+            logits = tf.matmul(rows, tf.cast(self.embeddings, hidden.dtype), transpose_b=True)
+        else:
+            logits = tf.matmul(rows, kernel)  # [rows, vocab]
+        shape = tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0)
+        return tf.reshape(tf.cast(logits, tf.float32), shape)
 
     def output_kernel(self) -> tf.Tensor:
         """The transposed embedding matrix [d_model, vocab] in the compute dtype."""

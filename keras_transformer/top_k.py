@@ -1,0 +1,37 @@
+"""tf.math.top_k over long rows (beam search's beam * vocab candidates), in two short passes.
+
+    values, indices = chunked_top_k(scores [batch, n], k)  # as tf.math.top_k(scores, k)
+
+TensorFlow's CPU TopK keeps a heap per row and compares every element: over beam 4 x 8,000
+pieces at batch 32 it was the largest op of a decoding step after the output projection
+(docs/decoding-speed.md). Here each row is cut into chunks of CHUNK elements; one vectorized
+max per chunk, the k chunks of largest maximum, then TopK over those k * CHUNK elements only.
+An element among the k largest lies in one of those chunks (k chunk maxima at least as large
+would otherwise rank it k + 1-th or lower), so the result is TopK's, ties included: the chosen
+chunks are read in index order, and TopK returns the lower index first among equal values at
+both passes.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+CHUNK = 64  # elements a chunk: 8,000-piece vocabularies x beam 4 -> 500 chunks a row
+
+
+def chunked_top_k(scores: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """tf.math.top_k(scores, k) for float scores [batch, n], n >= k: the k largest values
+    [batch, k], largest first, and their int32 indices [batch, k]."""
+    batch, n = tf.shape(scores)[0], tf.shape(scores)[1]
+    chunks = tf.maximum((n + CHUNK - 1) // CHUNK, k)  # at least k, so that TopK can take k
+    padded = tf.pad(scores, [[0, 0], [0, chunks * CHUNK - n]],
+                    constant_values=float("-inf"))  # after every real element: ranked last
+    blocks = tf.reshape(padded, [batch * chunks, CHUNK])
+    maxima = tf.reshape(tf.reduce_max(blocks, axis=1), [batch, chunks])
+    _, best = tf.math.top_k(maxima, k=k)  # [batch, k]
+    best = tf.sort(best, axis=1)  # index order, so that ties keep TopK's order
+    rows = tf.reshape(best + tf.range(batch)[:, None] * chunks, [-1])  # [batch * k]
+    candidates = tf.reshape(tf.gather(blocks, rows), [batch, k * CHUNK])
+    values, position = tf.math.top_k(candidates, k=k)  # [batch, k]
+    chunk = tf.gather(tf.reshape(best, [-1]),
+                      tf.reshape(position // CHUNK + tf.range(batch)[:, None] * k, [-1]))
+    return values, tf.reshape(chunk, [batch, k]) * CHUNK + position % CHUNK

@@ -7,14 +7,14 @@ from pathlib import Path
 from pipelines.paths import RunPaths
 
 SAVED_MODEL_DTYPES = {"tf": "float32", "tf-bfloat16": "mixed_bfloat16"}
-XLA_MAX_BATCH = 1024  # tf-xla: the SavedModel whose beam search runs compiled at every batch
 
 
-def find_model(config_name: str, scratch: Path,
-               runtimes: list[str]) -> tuple[dict[str, Path], str]:
+def find_model(config_name: str, scratch: Path, runtimes: list[str],
+               xla_max_batch: int) -> tuple[dict[str, Path], str]:
     """(the model directory of each runtime, what the model is), exporting if needed; a
     SavedModel of a dtype the export's is not (float32, or mixed_bfloat16 when `runtimes`
-    asks for it) is built from the run's checkpoint."""
+    asks for it) is built from the run's checkpoint, and tf-xla's with beam search compiled
+    for batches of up to `xla_max_batch` sentences."""
     from export.metadata import saved_model_metadata
     from export.saved_model import SavedModelTranslator, export_saved_model
     from export.versions import latest_version
@@ -63,7 +63,7 @@ def find_model(config_name: str, scratch: Path,
         rebuilt = SavedModelTranslator(directories.get("tf", version)).rebuild()
         directories["tf-xla"] = export_saved_model(
             Translator(rebuilt.model, rebuilt.spm_model_proto, rebuilt.settings,
-                       xla_max_batch=XLA_MAX_BATCH), scratch / "saved_model_xla")
+                       xla_max_batch=xla_max_batch), scratch / "saved_model_xla")
     return directories, about
 
 

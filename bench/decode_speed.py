@@ -7,6 +7,7 @@ against output length (batch 1: the cache makes it linear).
 
     .venv/bin/python bench/decode_speed.py [CONFIG] [--sentences N] [--threads N]
                                            [--batch-sizes 1,32] [--runtimes tf,onnx,...]
+                                           [--xla-max-batch 8]
 
 The model: runs/NAME/export if it is complete, else an export of the run's checkpoint, else (said
 in the output) a randomly initialised model of the config's preset, which decodes every
@@ -18,9 +19,9 @@ tokenized beforehand and decoded as ids (pieces for CTranslate2), in batches of 
 lengths as `translate_lines` makes them; target tokens are counted with their EOS (a
 CTranslate2 hypothesis with one EOS more: it returns none). BLEU (sacrebleu, detokenized
 output against the reference) comes from the largest batch size's run. One warm-up batch per
-batch size is not timed (`tf-xla`, the SavedModel whose beam search XLA compiles at every
-batch size, `export.saved_model_xla_max_batch`: every batch, so that each shape is compiled
-before the timing); at batch 1 each sentence runs twice and the length table takes the
+batch size is not timed (`tf-xla`, the SavedModel whose beam search XLA compiles for batches
+of up to `--xla-max-batch` sentences, `export.saved_model_xla_max_batch`, default 8: every
+batch, so that each shape is compiled before the timing); at batch 1 each sentence runs twice and the length table takes the
 faster run (other processes share the CPU). The runtimes take turns batch by batch: each
 process decodes one batch while the others wait, so a machine whose speed drifts during the
 run (a shared virtual machine's can change 2x within minutes) slows every runtime alike and
@@ -228,6 +229,9 @@ def main() -> int:
     parser.add_argument("--sentences", type=int, default=200, help="test sentences decoded")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch-sizes", default="1,32", help="comma-separated")
+    parser.add_argument("--xla-max-batch", type=int, default=8,
+                        help="tf-xla's export.saved_model_xla_max_batch: batches of up to N "
+                             "compiled by XLA, larger ones through the graph")
     parser.add_argument("--runtimes", help=f"comma-separated, of {', '.join(RUNTIMES)} "
                         "(default: all, tf-bfloat16 where the CPU has native bf16)")
     parser.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
@@ -243,7 +247,8 @@ def main() -> int:
     batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory() as scratch:
         runtimes = args.runtimes.split(",") if args.runtimes else default_runtimes()
-        directories, about = find_model(args.config, Path(scratch), runtimes)
+        directories, about = find_model(args.config, Path(scratch), runtimes,
+                                        args.xla_max_batch)
         sources, references, spm_model = test_split(args.config, args.sentences)
         names = {runtime: f"{RUNTIMES[runtime]} ({runtime})" for runtime in runtimes}
         results: dict[str, dict[int, list[dict]]] = {name: {} for name in names.values()}

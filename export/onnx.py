@@ -49,6 +49,7 @@ from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SCORE_F
 from export.signature_specs import TEXT_SPEC
 from export.translator import Translator
 from keras_transformer.tokenizer import Tokenizer
+from keras_transformer.top_k import plain_top_k
 
 OPSET = 17
 # tf2onnx's optimizers in its order, without back-to-back (see above), those for ops these
@@ -87,7 +88,10 @@ def export_onnx(translator: Translator, directory: Path) -> dict[str, Path]:
     paths = {name: directory / name for name in (MODEL_FILE, INT8_MODEL_FILE, TRANSLATOR_FILE,
                                                  SCORE_FILE, SPM_FILE, METADATA_FILE)}
     metadata = translator.metadata().to_dict()
-    ids_model = convert(translator.translate_ids, metadata)
+    search = translator.translate_ids  # traced anew: the translator may hold a trace of it
+    with plain_top_k():
+        ids_model = convert(tf.function(search.python_function, autograph=False,
+                                        input_signature=search.input_signature), metadata)
     onnx.save(ids_model, paths[MODEL_FILE])
     quantize_int8(paths[MODEL_FILE], paths[INT8_MODEL_FILE])
     onnx.save(text_model(translator, ids_model, metadata), paths[TRANSLATOR_FILE])

@@ -45,7 +45,7 @@ from keras_transformer.decoding import DEFAULTS, NEG_INF, length_penalty
 from keras_transformer.decoding_settings import STOP_RULES
 from keras_transformer.greedy import Cache, SymbolsToLogitsFn, cache_invariants, log_probs_step
 from keras_transformer.terms import term_lengths
-from keras_transformer.top_k import chunked_top_k
+from keras_transformer.top_k import beam_top_k
 
 
 class ConstrainedState(NamedTuple):
@@ -225,7 +225,7 @@ def _candidates(state: ConstrainedState, log_probs: tf.Tensor, terms: tf.Tensor,
     extensions, each hypothesis's next piece of each unmet term, and its EOS (these two only
     for sentences with terms); a candidate met before in that list is not valid."""
     batch, vocab = tf.shape(log_probs)[0], tf.shape(log_probs)[2]
-    best_log_probs, flat_index = chunked_top_k(
+    best_log_probs, flat_index = beam_top_k(
         tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size)  # [batch, 2 * beam]
     best_origin = flat_index // vocab
     next_piece = tf.reduce_sum(terms[:, None] * tf.one_hot(

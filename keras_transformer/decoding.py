@@ -43,7 +43,8 @@ exact when beam_size covers every extension at every step.
 A finished slot that was never filled holds score NEG_INF; a sentence whose finished set is
 empty (a maximum length of 0) returns its alive hypotheses.
 
-Graph ops: While (nested in beam search), TopKV2 on float32, GatherV2 on flat batch * beam
+Graph ops: While (nested in beam search), TopKV2 on float32 (and on int32: the chunked TopK of
+`keras_transformer.top_k` orders its chunks), GatherV2 on flat batch * beam
 indices, ConcatV2, Tile, Reshape, Pad, SelectV2, Where and TensorScatterUpdate (retiring
 sentences), LogSoftmax, Pow and reductions; no TensorArray, no gather_nd,
 no batch_dims. Every loop variable but the step has unknown dimensions except
@@ -64,7 +65,7 @@ import tensorflow as tf
 from keras_transformer.decoding_settings import STOP_RULES, DecodingSettings
 from keras_transformer.greedy import (Cache, SymbolsToLogitsFn, cache_invariants, greedy_search,
                                       log_probs_step)
-from keras_transformer.top_k import chunked_top_k
+from keras_transformer.top_k import beam_top_k
 
 
 NEG_INF = -1e9  # the score of an impossible hypothesis: finite, so no NaN from inf - inf
@@ -227,7 +228,7 @@ def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
     vocab = tf.shape(log_probs)[1]
     log_probs = tf.reshape(log_probs, [batch, beam_size, vocab])
     log_probs += state.alive_log_probs[:, :, None]  # [batch, beam, vocab]
-    candidate_log_probs, flat_index = chunked_top_k(
+    candidate_log_probs, flat_index = beam_top_k(
         tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size)  # [batch, 2 * beam]
     origin = flat_index // vocab  # [batch, 2 * beam]: the alive beam extended
     tokens = flat_index - origin * vocab  # [batch, 2 * beam]

@@ -27,7 +27,7 @@ import tensorflow as tf
 from keras_transformer.decoding import DEFAULTS, NEG_INF, beam_done, length_penalty
 from keras_transformer.decoding_settings import STOP_RULES
 from keras_transformer.greedy import Cache
-from keras_transformer.top_k import chunked_top_k
+from keras_transformer.top_k import beam_top_k
 
 LastTokenFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
 
@@ -73,7 +73,7 @@ def static_beam_search(symbols_to_logits_fn: LastTokenFn, initial_cache: Cache,
         vocab = tf.shape(log_probs)[1]
         log_probs = tf.reshape(log_probs, [batch, beam_size, vocab])
         log_probs += beams.alive_log_probs[:, :, None]  # [batch, beam, vocab]
-        candidate_log_probs, flat_index = chunked_top_k(
+        candidate_log_probs, flat_index = beam_top_k(
             tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size)
         origin = flat_index // vocab  # [batch, 2 * beam]: the alive beam extended
         tokens = flat_index - origin * vocab  # [batch, 2 * beam]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.top_k import CHUNK, chunked_top_k
+from keras_transformer.top_k import CHUNK, beam_top_k, chunked_top_k, plain_top_k
 
 
 def _cases() -> list[tuple[np.ndarray, int]]:
@@ -39,3 +39,15 @@ def test_a_compiled_search_step_gives_the_same_with_unknown_shapes() -> None:
         values, indices = function(tf.constant(scores))
         np.testing.assert_array_equal(values, expected.values)
         np.testing.assert_array_equal(indices, expected.indices)
+
+
+def test_graphs_traced_within_plain_top_k_take_tensorflows_topk() -> None:
+    def op_types() -> list[str]:
+        function = tf.function(lambda x: beam_top_k(x, 4), autograph=False,
+                               input_signature=[tf.TensorSpec([None, None], tf.float32)])
+        return [op.type for op in function.get_concrete_function().graph.get_operations()]
+
+    assert "Max" in op_types() and op_types().count("TopKV2") == 3  # chunks, their order, top
+    with plain_top_k():
+        assert "Max" not in op_types() and op_types().count("TopKV2") == 1
+    assert "Max" in op_types()

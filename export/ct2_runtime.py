@@ -103,8 +103,9 @@ class CTranslate2Translator:
         each line alone (the same for every hypothesis of a line: its input is BOS)."""
         def translate(batch: list[str | bytes]) -> list[tuple[str, str]]:
             sources = self._source_pieces(batch)
-            first_rows = self._translate_batch(sources, return_attention=True, beam_size=1,
-                                               max_batch_size=1, max_decoding_length=1)
+            first_rows = self._translate_batch(  # its EOS kept, so that the row is there
+                sources, return_attention=True, beam_size=1, max_batch_size=1,
+                max_decoding_length=1, return_end_token=True)
             return [(self._detokenize(result.hypotheses[0]), format_alignment(align_words(
                 [first.attention[0][0], *result.attention[0][1:]], source,
                 result.hypotheses[0]))) if result else ("", "")

@@ -9,12 +9,13 @@ from pipelines.paths import RunPaths
 SAVED_MODEL_DTYPES = {"tf": "float32", "tf-bfloat16": "mixed_bfloat16"}
 
 
-def find_model(config_name: str, scratch: Path, runtimes: list[str],
-               xla_max_batch: int) -> tuple[dict[str, Path], str]:
+def find_model(config_name: str, scratch: Path, runtimes: list[str], xla_max_batch: int,
+               parallel_searches: int) -> tuple[dict[str, Path], str]:
     """(the model directory of each runtime, what the model is), exporting if needed; a
     SavedModel of a dtype the export's is not (float32, or mixed_bfloat16 when `runtimes`
-    asks for it) is built from the run's checkpoint, and tf-xla's with beam search compiled
-    for batches of up to `xla_max_batch` sentences."""
+    asks for it) is built from the run's checkpoint, tf-xla's with beam search compiled
+    for batches of up to `xla_max_batch` sentences, and tf-parallel's as tf-xla's with its
+    graph search in `parallel_searches` parts."""
     from export.metadata import saved_model_metadata
     from export.saved_model import SavedModelTranslator, export_saved_model
     from export.versions import latest_version
@@ -57,13 +58,15 @@ def find_model(config_name: str, scratch: Path, runtimes: list[str],
             model, _ = load_model_for_inference(config, dtype=dtype)
             directories[runtime] = export_saved_model(run_translator(config, model),
                                                       scratch / f"saved_model_{dtype}")
-    if "tf-xla" in runtimes:  # the float32 export's weights and settings, compiled search
+    variants = {"tf-xla": 1, "tf-parallel": parallel_searches}  # runtime: searches
+    for runtime in set(variants) & set(runtimes):  # the float32 export's weights and settings
         from export.translator import Translator
 
         rebuilt = SavedModelTranslator(directories.get("tf", version)).rebuild()
-        directories["tf-xla"] = export_saved_model(
+        directories[runtime] = export_saved_model(
             Translator(rebuilt.model, rebuilt.spm_model_proto, rebuilt.settings,
-                       xla_max_batch=xla_max_batch), scratch / "saved_model_xla")
+                       xla_max_batch=xla_max_batch, parallel_searches=variants[runtime]),
+            scratch / f"saved_model_{runtime}")
     return directories, about
 
 

@@ -7,21 +7,24 @@ against output length (batch 1: the cache makes it linear).
 
     .venv/bin/python bench/decode_speed.py [CONFIG] [--sentences N] [--threads N]
                                            [--batch-sizes 1,32] [--runtimes tf,onnx,...]
-                                           [--xla-max-batch 8]
+                                           [--xla-max-batch 8] [--parallel-searches N]
 
 The model: runs/NAME/export if it is complete, else an export of the run's checkpoint, else (said
 in the output) a randomly initialised model of the config's preset, which decodes every
 sentence to the length limit (source length + evaluate.extra_length); the CTranslate2 models
 are converted from the SavedModel's weights when the export has none, a SavedModel of
 another dtype than the export's is built from the run's checkpoint. Each runtime runs in a
-process of its own (its own thread pools; ONNX Runtime never beside TensorFlow). Sources are
+process of its own (its own thread pools; ONNX Runtime never beside TensorFlow); a SavedModel
+runs as TF Serving runs it, in a TF1 session (`--threads` inter-op and intra-op threads;
+`tf-parallel`, the SavedModel exported with `saved_model_parallel_searches` N and
+`saved_model_xla_max_batch`, with one intra-op thread: --tensorflow_intra_op_parallelism=1). Sources are
 tokenized beforehand and decoded as ids (pieces for CTranslate2), in batches of similar
 lengths as `translate_lines` makes them; target tokens are counted with their EOS (a
 CTranslate2 hypothesis with one EOS more: it returns none). BLEU (sacrebleu, detokenized
 output against the reference) comes from the largest batch size's run. One warm-up batch per
 batch size is not timed (`tf-xla`, the SavedModel whose beam search XLA compiles for batches
-of up to `--xla-max-batch` sentences, `export.saved_model_xla_max_batch`, default 8: every
-batch, so that each shape is compiled before the timing); at batch 1 each sentence runs twice and the length table takes the
+of up to `--xla-max-batch` sentences, `export.saved_model_xla_max_batch`, default 8, and
+`tf-parallel`: every batch, so that each shape is compiled before the timing); at batch 1 each sentence runs twice and the length table takes the
 faster run (other processes share the CPU). The runtimes take turns batch by batch: each
 process decodes one batch while the others wait, so a machine whose speed drifts during the
 run (a shared virtual machine's can change 2x within minutes) slows every runtime alike and
@@ -44,7 +47,7 @@ import numpy as np
 from decode_models import find_model, test_split  # bench/decode_models.py
 
 RUNTIMES = {"tf": "SavedModel", "tf-bfloat16": "SavedModel", "tf-xla": "SavedModel",
-            "onnx": "model.onnx",
+            "tf-parallel": "SavedModel", "onnx": "model.onnx",
             "onnx-int8": "model_int8.onnx", "ct2-float32": "CTranslate2", "ct2-int8": "CTranslate2"}
 LENGTH_BUCKET = 10  # output tokens per row of the length table
 REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a busy machine)
@@ -58,7 +61,8 @@ def worker(runtime: str, model_dir: Path, sources: list[list[int]], batch_size: 
     sources[indices], EOS included)."""
     translate_ids = _translate_ids_function(runtime, model_dir, threads)
     batches = source_batches(sources, batch_size)
-    warmup = batches if runtime == "tf-xla" else batches[len(batches) // 2:][:1]
+    compiles = runtime in ("tf-xla", "tf-parallel")
+    warmup = batches if compiles else batches[len(batches) // 2:][:1]
     for indices in warmup:  # tf-xla: every shape compiled first, as a server's warm-up does
         translate_ids([sources[i] for i in indices])
     print("ready", flush=True)
@@ -139,21 +143,38 @@ def _translate_ids_function(runtime: str, model_dir: Path, threads: int
         model_file = INT8_MODEL_FILE if runtime == "onnx-int8" else MODEL_FILE
         run = OnnxTranslator(model_dir, threads, model_file).translate_ids
     else:
-        import tensorflow as tf
-
-        from export.saved_model import SavedModelTranslator
-
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        signature = SavedModelTranslator(model_dir).loaded.signatures["translate_ids"]
-
-        def run(ids: np.ndarray) -> dict[str, np.ndarray]:
-            return {k: v.numpy() for k, v in signature(source_ids=tf.constant(ids)).items()}
+        run = _session_signature(model_dir, "translate_ids", threads,
+                                 intra_threads=1 if runtime == "tf-parallel" else threads)
 
     def translate_ids(batch: list[list[int]]) -> list[list[int]]:
         target = run(_pad(batch))["target_ids"]  # [batch, time]: EOS, then PAD
         return [[int(i) for i in row if i != 0] for row in target]
 
     return translate_ids
+
+
+def _session_signature(model_dir: Path, name: str, inter_threads: int, intra_threads: int
+                       ) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """A SavedModel signature as TF Serving runs it: TF1's session loader, a session of
+    `inter_threads` inter-op and `intra_threads` intra-op threads
+    (--tensorflow_inter_op_parallelism, --tensorflow_intra_op_parallelism)."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (registers the SentencePiece ops)
+
+    tf.get_logger().setLevel("ERROR")  # the TF1 loader's deprecation notice
+    graph = tf.Graph()
+    session = tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto(
+        inter_op_parallelism_threads=inter_threads, intra_op_parallelism_threads=intra_threads))
+    with graph.as_default():
+        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(model_dir))
+    signature = meta_graph.signature_def[name]
+    inputs = {key: spec.name for key, spec in signature.inputs.items()}
+    outputs = {key: spec.name for key, spec in signature.outputs.items()}
+
+    def run(ids: np.ndarray) -> dict[str, np.ndarray]:
+        return session.run(outputs, {inputs["source_ids"]: ids})
+
+    return run
 
 
 def _pad(rows: list[list[int]]) -> np.ndarray:
@@ -189,7 +210,8 @@ def report(results: dict[str, dict[int, list[dict]]], about: str, threads: int,
            bleus: dict[str, float]) -> str:
     """Throughput per runtime and batch size (first runs) and BLEU, then batch-1 decode time
     against output length (fastest runs) with a linear fit per runtime."""
-    lines = [f"model: {about}", f"{threads} intra-op thread(s) per runtime",
+    lines = [f"model: {about}", f"{threads} thread(s) per runtime (tf-parallel: {threads} "
+             "inter-op, 1 intra-op)",
              "", f"{'runtime':<28}{'batch':>6}{'sentences':>11}{'sent/s':>9}{'tokens/s':>10}"
              f"{'BLEU':>7}"]
     for runtime, by_batch in results.items():
@@ -232,6 +254,10 @@ def main() -> int:
     parser.add_argument("--xla-max-batch", type=int, default=8,
                         help="tf-xla's export.saved_model_xla_max_batch: batches of up to N "
                              "compiled by XLA, larger ones through the graph")
+    parser.add_argument("--parallel-searches", type=int,
+                        help="tf-parallel's export.saved_model_parallel_searches (default: "
+                             "--threads); it also compiles up to --xla-max-batch and runs with "
+                             "one intra-op thread")
     parser.add_argument("--runtimes", help=f"comma-separated, of {', '.join(RUNTIMES)} "
                         "(default: all, tf-bfloat16 where the CPU has native bf16)")
     parser.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
@@ -248,7 +274,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         runtimes = args.runtimes.split(",") if args.runtimes else default_runtimes()
         directories, about = find_model(args.config, Path(scratch), runtimes,
-                                        args.xla_max_batch)
+                                        args.xla_max_batch,
+                                        args.parallel_searches or args.threads)
         sources, references, spm_model = test_split(args.config, args.sentences)
         names = {runtime: f"{RUNTIMES[runtime]} ({runtime})" for runtime in runtimes}
         results: dict[str, dict[int, list[dict]]] = {name: {} for name in names.values()}

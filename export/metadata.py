@@ -3,7 +3,8 @@ exports, in one light module: the runtimes and `translate` read it without Tenso
 Runtime or CTranslate2.
 
     translator.json = DecodingSettings fields + {"model": ModelConfig fields, "dtype": policy,
-                                                 "xla_max_batch": int}
+                                                 "xla_max_batch": int,
+                                                 "parallel_searches": int}
 
 Example:
     metadata = ExportMetadata.read(Path("runs/demo/export/onnx") / METADATA_FILE)
@@ -31,16 +32,19 @@ EXPORT_AGAIN = "run `keras-transformer export` again"
 @dataclasses.dataclass(frozen=True)
 class ExportMetadata:
     """The decoding settings an export decodes with, its model config, Keras dtype policy and
-    the largest batch its beam search runs compiled by XLA (0: none; a SavedModel's)."""
+    the largest batch its beam search runs compiled by XLA (0: none) and how many beam
+    searches its graph runs side by side (`keras_transformer.parallel_search`; a SavedModel's)."""
 
     settings: DecodingSettings
     model: ModelConfig
     dtype: str = "float32"  # exports older than the dtype record computed in float32
     xla_max_batch: int = 0
+    parallel_searches: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.settings.to_dict(), "model": self.model.to_dict(), "dtype": self.dtype,
-                "xla_max_batch": self.xla_max_batch}
+                "xla_max_batch": self.xla_max_batch,
+                "parallel_searches": self.parallel_searches}
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
@@ -55,7 +59,8 @@ class ExportMetadata:
         try:
             data = json.loads(path.read_text())
             return cls(DecodingSettings.from_dict(data), ModelConfig(**data["model"]),
-                       data.get("dtype", "float32"), int(data.get("xla_max_batch", 0)))
+                       data.get("dtype", "float32"), int(data.get("xla_max_batch", 0)),
+                       int(data.get("parallel_searches", 1)))
         except FileNotFoundError:
             raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
         except DecodingSettingsError as error:

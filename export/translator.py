@@ -70,7 +70,7 @@ from export.text import encode_text
 from export.metadata import ExportMetadata
 from export.scores import Pair, PairScore, score_in_batches
 from export.signature_specs import (IDS_SPEC, PREFIX_SPEC, SAMPLING_SPECS, TARGET_IDS_SPEC,
-                                    TARGET_SPEC, TEXT_SPEC, Untracked)
+                                    TARGET_SPEC, TEXT_SPEC, Untracked, sampling_checks)
 from export.signature_outputs import (nbest_pairs, prefixed_in_batches, scored_batch,
                                       translated_aligned_in_batches, translated_text)
 from export.terminology import TERMS_SPEC, translate_with_terms
@@ -78,6 +78,7 @@ from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.alignment import align_targets
 from keras_transformer.compiled_search import compiled_search, decode_hypotheses_compiled
+from keras_transformer.parallel_search import in_parallel
 from keras_transformer.scoring import score_targets
 from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from keras_transformer.sampling import Sampling
@@ -97,17 +98,22 @@ class Translator(tf.Module):
         xla_max_batch: batches of up to this many sources are beam-searched by one
             XLA-compiled program (`keras_transformer.compiled_search`; a SavedModel served
             with XLA: README, "Serving"); 0: none (every runtime runs the graph).
+        parallel_searches: the graph's beam search (not XLA's, nor the constrained or
+            sampling searches) runs as this many searches side by side over the batch's rows
+            (`keras_transformer.parallel_search`; a SavedModel for CPU servers).
     """
 
     def __init__(self, model: Transformer, spm_model_proto: bytes,
                  settings: DecodingSettings = DecodingSettings(),
-                 name: str = "translator", xla_max_batch: int = 0) -> None:
+                 name: str = "translator", xla_max_batch: int = 0,
+                 parallel_searches: int = 1) -> None:
         super().__init__(name=name)
         self.settings = settings.for_model(model.model_config.max_length)
         self.spm_model_proto = spm_model_proto
         self.model_variables = [variable.value for variable in model.variables]  # tf.Variable
         self._model = Untracked(model)
         self.xla_max_batch = xla_max_batch
+        self.parallel_searches = parallel_searches
         self._compiled = Untracked(compiled_search(model, self.settings) if xla_max_batch
                                    else None)
 
@@ -119,7 +125,8 @@ class Translator(tf.Module):
         """The decoding settings, the model config and its Keras dtype policy, as exports
         record them."""
         return ExportMetadata(self.settings, self.model.model_config,
-                              self.model.dtype_policy.name, self.xla_max_batch)
+                              self.model.dtype_policy.name, self.xla_max_batch,
+                              self.parallel_searches)
 
     @tf.function(input_signature=[IDS_SPEC], autograph=False)
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -179,14 +186,7 @@ class Translator(tf.Module):
         top_p outside (0, 1], temperature <= 0) fails the request (InvalidArgumentError)."""
         sampling = Sampling(*(tf.ensure_shape(value, [None])
                               for value in (top_k, top_p, temperature, seed)))
-        checks = [tf.debugging.assert_equal(tf.shape(text), tf.shape(value), message=
-                                            "text and the sampling parameters need the same "
-                                            "batch size") for value in sampling]
-        checks += [tf.debugging.assert_non_negative(top_k, message="top_k must be >= 0"),
-                   tf.debugging.assert_positive(top_p, message="top_p must be in (0, 1]"),
-                   tf.debugging.assert_less_equal(top_p, 1.0, message="top_p must be in (0, 1]"),
-                   tf.debugging.assert_positive(temperature, message="temperature must be > 0")]
-        with tf.control_dependencies(checks):
+        with tf.control_dependencies(sampling_checks(text, sampling)):
             source_ids = self.encode(text)
         target_ids, score = sample_sources(self.model, source_ids, self.settings, sampling)
         return {"translation": Tokenizer(self.spm_model_proto).detokenize(target_ids),
@@ -256,10 +256,12 @@ class Translator(tf.Module):
                    ) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: source ids [batch, time] (and forced target prefixes [batch, prefix])
         -> the n-best lists (target ids [batch, beam, time], scores [batch, beam])."""
+        search = in_parallel(lambda source_ids, prefix_ids=None: decode_hypotheses(
+            self.model, source_ids, self.settings, prefix_ids), self.parallel_searches)
         if self.xla_max_batch and prefix_ids is None:
             return decode_hypotheses_compiled(self.model, source_ids, self.settings,
-                                              self._compiled.value, self.xla_max_batch)
-        return decode_hypotheses(self.model, source_ids, self.settings, prefix_ids)
+                                              self._compiled.value, self.xla_max_batch, search)
+        return search(source_ids, prefix_ids)
 
     def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""

@@ -8,7 +8,8 @@ are padded to a multiple of SOURCE_BUCKET pieces and the batch to a power of 2; 
 batches, where finished sentences would keep many rows computing, the retiring
 `keras_transformer.decoding.beam_search` runs instead.
 
-    decode_hypotheses_compiled(model, source_ids, settings, search, xla_max_batch)
+    decode_hypotheses_compiled(model, source_ids, settings, search, xla_max_batch,
+                               graph_search=None)
         -> as keras_transformer.translate.decode_hypotheses
     search = compiled_search(model, settings)  # one per model, traced once per shape
 """
@@ -27,6 +28,7 @@ from keras_transformer.translate import decode_hypotheses, encode_for_search
 
 SOURCE_BUCKET = 16  # source pieces: widths are padded to a multiple (one compile per bucket)
 SearchFn = Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
+GraphSearchFn = Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]  # source ids -> n-best
 
 
 def compiled_search(model: Transformer, settings: DecodingSettings) -> SearchFn:
@@ -54,9 +56,11 @@ def compiled_search(model: Transformer, settings: DecodingSettings) -> SearchFn:
 
 def decode_hypotheses_compiled(model: Transformer, source_ids: tf.Tensor,
                                settings: DecodingSettings, search: SearchFn,
-                               xla_max_batch: int) -> tuple[tf.Tensor, tf.Tensor]:
+                               xla_max_batch: int, graph_search: GraphSearchFn | None = None
+                               ) -> tuple[tf.Tensor, tf.Tensor]:
     """`decode_hypotheses` (the same n-best lists), through `search` (`compiled_search`)
-    for batches of 1 to `xla_max_batch` sources, else by `beam_search`."""
+    for batches of 1 to `xla_max_batch` sources, else by `graph_search` (default:
+    `decode_hypotheses`, the graph's retiring beam search)."""
     source_ids = tf.cast(source_ids, tf.int32)[:, :settings.source_limit(
         model.model_config.max_length)]  # [batch, source]
     batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
@@ -68,8 +72,9 @@ def decode_hypotheses_compiled(model: Transformer, source_ids: tf.Tensor,
         ids, scores, steps = search(padded)  # [rows, beam, length], [rows, beam], []
         return ids[:batch, :, :steps], scores[:batch]
 
+    graph_search = graph_search or (lambda ids: decode_hypotheses(model, ids, settings))
     return tf.cond((batch > 0) & (batch <= xla_max_batch), compiled,
-                   lambda: decode_hypotheses(model, source_ids, settings))
+                   lambda: graph_search(source_ids))
 
 
 def bucket_sources(max_source_length: int) -> list[np.ndarray]:

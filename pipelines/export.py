@@ -53,6 +53,7 @@ class ExportSummary:
     alpha: float
     seconds: float
     saved_model_xla_max_batch: int = 0  # export.saved_model_xla_max_batch
+    saved_model_parallel_searches: int = 1  # export.saved_model_parallel_searches
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -62,9 +63,12 @@ class ExportSummary:
             xla = (f"; XLA up to batch {self.saved_model_xla_max_batch}: serve with "
                    f"--xla_cpu_compilation_enabled=true" if self.saved_model_xla_max_batch
                    else "")
+            parallel = (f"; {self.saved_model_parallel_searches} searches side by side: serve "
+                        f"with --tensorflow_intra_op_parallelism=1"
+                        if self.saved_model_parallel_searches > 1 else "")
             lines.append(f"  saved_model  {self.saved_model} (TF Serving: "
                          f"{self.saved_model.parent.parent / 'models.config'}; "
-                         f"{self.saved_model_dtype}{xla})")
+                         f"{self.saved_model_dtype}{xla}{parallel})")
         if self.onnx:
             lines.append(f"  onnx         {self.onnx}/{{model,model_int8,translator,score}}.onnx")
         if self.ctranslate2:
@@ -100,7 +104,8 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     if "saved_model" in formats:
         served = run_translator(config, model if first_dtype == dtype else
                                 load_model_for_inference(config, checkpoint, dtype)[0],
-                                config.export.saved_model_xla_max_batch)
+                                config.export.saved_model_xla_max_batch,
+                                config.export.saved_model_parallel_searches)
         with tf_write_errors(paths.saved_model):
             saved_model = export_saved_model(served, paths.saved_model,
                                              warmup_text=_warmup_text(paths),
@@ -119,7 +124,8 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
             lambda directory: export_ctranslate2(translator, directory), paths.ctranslate2)
     return ExportSummary(checkpoint, saved_model, dtype_reason, onnx, ctranslate2,
                          config.evaluate.beam_size, config.evaluate.alpha,
-                         time.perf_counter() - start, config.export.saved_model_xla_max_batch)
+                         time.perf_counter() - start, config.export.saved_model_xla_max_batch,
+                         config.export.saved_model_parallel_searches)
 
 
 def _write_directory(write: Callable[[Path], object], target: Path) -> Path:

@@ -93,10 +93,11 @@ def load_model_for_inference(config: PipelineConfig, checkpoint: str | None = No
     return model, checkpoint
 
 
-def run_translator(config: PipelineConfig, model: Transformer,
-                   xla_max_batch: int = 0) -> Translator:
+def run_translator(config: PipelineConfig, model: Transformer, xla_max_batch: int = 0,
+                   parallel_searches: int = 1) -> Translator:
     """The run's beam-search Translator of `model`: the `evaluate` section's decoding settings,
-    sources cut to data.max_length tokens (`xla_max_batch`: `Translator`'s)."""
+    sources cut to data.max_length tokens (`xla_max_batch`, `parallel_searches`:
+    `Translator`'s)."""
     return Translator(model, RunPaths(config.run_path).spm_model.read_bytes(),
                       config.evaluate.decoding(max_source_length=config.data.max_length),
-                      xla_max_batch=xla_max_batch)
+                      xla_max_batch=xla_max_batch, parallel_searches=parallel_searches)

@@ -242,12 +242,16 @@ class ExportConfig:
     `saved_model_xla_max_batch` > 0: the SavedModel beam-searches batches of up to that many
     sources in one XLA-compiled program (`keras_transformer.compiled_search`), which TF
     Serving runs with --xla_cpu_compilation_enabled=true on CPUs (README, "Serving"); 0 (the
-    default) serves on a stock tensorflow_model_server.
+    default) serves on a stock tensorflow_model_server. `saved_model_parallel_searches` > 1:
+    the SavedModel's graph beam search runs that many searches side by side over a batch's
+    rows (`keras_transformer.parallel_search`), for CPU servers run with
+    --tensorflow_intra_op_parallelism=1; 1 (the default) is one search, as GPUs want it.
     """
 
     formats: tuple[str, ...] = EXPORT_FORMATS
     saved_model_dtype: Literal["float32", "auto", "mixed_bfloat16", "mixed_float16"] = "float32"
     saved_model_xla_max_batch: int = 0
+    saved_model_parallel_searches: int = 1
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.formats) - set(EXPORT_FORMATS))
@@ -258,6 +262,10 @@ class ExportConfig:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise FieldError("saved_model_xla_max_batch", f"must be an integer of at least 0 "
                              f"(0: no XLA), got {limit!r}")
+        parts = self.saved_model_parallel_searches
+        if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= 64:
+            raise FieldError("saved_model_parallel_searches", f"must be an integer from 1 to "
+                             f"64 (1: one search), got {parts!r}")
 
     def resolved_saved_model_dtype(self) -> tuple[str, str]:
         """(the SavedModel's Keras dtype policy on this machine, why), as `model.dtype`'s.

@@ -129,7 +129,8 @@ def saved_model_dir(exported) -> Path:
 @pytest.fixture(scope="session")
 def xla_export(export_translator, tmp_path_factory: pytest.TempPathFactory):
     """`export_run` of a run of export_translator's model with export.saved_model_xla_max_batch
-    4 (beam search compiled by XLA up to batch 4), the SavedModel alone."""
+    4 (beam search compiled by XLA up to batch 4) and saved_model_parallel_searches 2 (larger
+    batches in two graph searches side by side), the SavedModel alone."""
     from export_helpers import write_run
     from pipelines.export import export_run
     from pipelines.sections import ExportConfig
@@ -137,7 +138,8 @@ def xla_export(export_translator, tmp_path_factory: pytest.TempPathFactory):
     def build(directory: Path) -> None:
         config = load_config(write_run(directory, export_translator))
         summary = export_run(dataclasses.replace(config, export=ExportConfig(
-            formats=("saved_model",), saved_model_xla_max_batch=4)))
+            formats=("saved_model",), saved_model_xla_max_batch=4,
+            saved_model_parallel_searches=2)))
         (directory / "summary.pickle").write_bytes(pickle.dumps(summary))
 
     directory = shared_directory(tmp_path_factory, "xla_export", build)

@@ -83,6 +83,8 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
      "expected one of full, bound, got 'never'"),
     ("data: {source: bible:en-fr}\nexport:\n  saved_model_xla_max_batch: -1\n", 4,
      "export.saved_model_xla_max_batch", "at least 0 (0: no XLA), got -1"),
+    ("data: {source: bible:en-fr}\nexport:\n  saved_model_parallel_searches: 0\n", 4,
+     "export.saved_model_parallel_searches", "from 1 to 64 (1: one search), got 0"),
     (MODEL + "  preset: tiny\n  num_heads: 0\n", 5, "model.num_heads", "must be positive, got 0"),
     (MODEL + "  num_heads: 2.5\n", 4, "model.num_heads", "expected int, got 2.5"),
     (MODEL + "  dropout: 1.5\n", 4, "model.dropout", "[0, 1), got 1.5"),

@@ -1,4 +1,5 @@
-"""The SavedModel whose beam search XLA compiles (export.saved_model_xla_max_batch): the same
+"""The SavedModel whose beam search XLA compiles (export.saved_model_xla_max_batch) and whose
+graph search runs in two parts side by side (export.saved_model_parallel_searches): the same
 translations as the graph's beam search through tf.saved_model.load and TF Serving's TF1
 session loader, its ops, its warm-up requests and its metadata."""
 from pathlib import Path
@@ -29,7 +30,7 @@ def server(xla_saved_model_dir) -> SessionServer:
 @pytest.mark.parametrize("rows", [[2], [0, 5, 7], list(range(len(SENTENCES)))])
 def test_predict_requests_equal_the_graphs_beam_search(server, export_translator,
                                                       keras_reference, rows):
-    """1 and 3 sentences run compiled, 10 (above batch 4) by the graph's beam search."""
+    """1 and 3 sentences run compiled, 10 (above batch 4) by two graph beam searches."""
     translations, scores = translate(server, [SENTENCES[i] for i in rows])
     assert translations == export_translator.translate_lines([SENTENCES[i] for i in rows])
     np.testing.assert_allclose(scores, keras_reference["score"][rows], rtol=1e-5)
@@ -73,6 +74,7 @@ def test_warmup_compiles_each_source_width_and_metadata_says_xla(xla_export,
     widths = [tf.make_ndarray(r.inputs["source_ids"]).shape for r in requests[-3:]]
     assert widths == [ids.shape for ids in bucket_sources(40)] == [(1, 16), (1, 32), (1, 48)]
     assert saved_model_metadata(xla_saved_model_dir).xla_max_batch == 4
+    assert saved_model_metadata(xla_saved_model_dir).parallel_searches == 2
     assert saved_model_metadata(xla_saved_model_dir).settings == export_translator.settings
-    assert "; XLA up to batch 4: serve with --xla_cpu_compilation_enabled=true)" in \
-        xla_export.format()
+    assert ("; XLA up to batch 4: serve with --xla_cpu_compilation_enabled=true; 2 searches "
+            "side by side: serve with --tensorflow_intra_op_parallelism=1)") in xla_export.format()

@@ -14,7 +14,7 @@ from export.serving.client import predict_request
 from export_helpers import SENTENCES
 from keras_transformer.compiled_search import bucket_sources
 from op_audit import compiled_functions, op_audit
-from test_serving import SessionServer, translate
+from test_serving import SessionServer, prefix_request, translate
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +41,24 @@ def test_predict_requests_equal_the_graphs_beam_search(server, export_translator
     width = max(target.shape[1], expected.shape[1])
     np.testing.assert_array_equal(np.pad(target, [[0, 0], [0, width - target.shape[1]]]),
                                   np.pad(expected, [[0, 0], [0, width - expected.shape[1]]]))
+
+
+def test_nbest_and_prefix_requests_equal_one_search(server, export_translator):
+    """11 lines (above batch 4) in two graph searches: the n-best lists and the prefixed
+    translations of the in-process Translator's one search."""
+    lines = SENTENCES + [""]
+    response = server.predict(predict_request("tiny", {"text": np.array(lines, object)},
+                                              "translate_nbest"))
+    expected = export_translator.translate_nbest(tf.constant(lines))
+    np.testing.assert_array_equal(tf.make_ndarray(response.outputs["translations"]),
+                                  expected["translations"].numpy())
+    np.testing.assert_allclose(tf.make_ndarray(response.outputs["scores"]),
+                               expected["scores"].numpy(), rtol=1e-5)
+    prefixes = ["river", "", "stone stone", "été"] + [""] * (len(lines) - 4)
+    forced, scores = prefix_request(server, lines, prefixes)
+    expected = export_translator.translate_prefix(tf.constant(lines), tf.constant(prefixes))
+    assert forced == [text.decode() for text in expected["translation"].numpy()]
+    np.testing.assert_allclose(scores, expected["score"].numpy(), rtol=1e-5)
 
 
 def test_translate_ids_ignores_the_batchers_padding(server, keras_reference):

@@ -49,13 +49,13 @@ which both functions decode with, and the Translator's `DecodingSettings`):
 The module tracks the tf.Variables inside the model's Keras variables and holds the model
 untracked: a Keras 3 variable exports as a copy of its tf.Variable, which tf.saved_model.load
 restores but TF Serving's TF1 session loader leaves unset ("Could not find variable"). The
-SentencePiece model is held as bytes and only the text function builds a tokenizer (in its
-trace), so the ids function converts to ONNX alone.
+SentencePiece model is held as bytes and only the text functions build a tokenizer (in their
+trace), so the ids function converts to ONNX alone. The searching signatures call one graph
+function, `nbest_ids`, so that an export traces the beam search once.
 
 Example:
     translator = Translator(model, Path("runs/demo/vocab/spm.model").read_bytes(),
                             DecodingSettings(beam_size=4))
-    translator.translate(tf.constant(["In the beginning."]))["translation"]  # [1] string
     translator.translate_lines(lines, batch_size=32)  # list[str], in the order of `lines`
 """
 from __future__ import annotations
@@ -90,17 +90,14 @@ class Translator(tf.Module):
 
     Args:
         model: a built Transformer in any Keras dtype policy (float32 for the ONNX and
-            CTranslate2 exports; a SavedModel may compute in mixed_bfloat16 or
-            mixed_float16 where its server runs that natively).
+            CTranslate2 exports; a SavedModel's may be mixed_bfloat16 or mixed_float16).
         spm_model_proto: the bytes of the run's SentencePiece model.
         settings: the search and its limits (beam 4, alpha 0.6 by default); its
             max_source_length is resolved against the model's max_length.
-        xla_max_batch: batches of up to this many sources are beam-searched by one
-            XLA-compiled program (`keras_transformer.compiled_search`; a SavedModel served
-            with XLA: README, "Serving"); 0: none (every runtime runs the graph).
-        parallel_searches: the graph's beam search (not XLA's, nor the constrained or
-            sampling searches) runs as this many searches side by side over the batch's rows
-            (`keras_transformer.parallel_search`; a SavedModel for CPU servers).
+        xla_max_batch: batches of up to this many sources are beam-searched by one XLA
+            program (`keras_transformer.compiled_search`); 0: none (the graph everywhere).
+        parallel_searches: the graph's beam search (not XLA's, constrained or sampling)
+            runs as this many searches side by side (`keras_transformer.parallel_search`).
     """
 
     def __init__(self, model: Transformer, spm_model_proto: bytes,
@@ -152,7 +149,7 @@ class Translator(tf.Module):
     def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] -> the final beam's translations [batch, beam] and scores
         [batch, beam], best first (the first is `translate`'s)."""
-        ids, scores = self.hypotheses(self.encode(text))  # [batch, beam, time], [batch, beam]
+        ids, scores = self.nbest_ids(self.encode(text))  # [batch, beam, time], [batch, beam]
         shape = tf.shape(ids)
         flat = tf.reshape(ids, [shape[0] * shape[1], shape[2]])  # [batch * beam, time]
         translations = Tokenizer(self.spm_model_proto).detokenize(flat)  # [batch * beam]
@@ -249,8 +246,13 @@ class Translator(tf.Module):
 
     def search(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: source ids [batch, time] -> (target ids [batch, time], score [batch])."""
-        ids, scores = self.hypotheses(source_ids)
+        ids, scores = self.nbest_ids(source_ids)
         return ids[:, 0], scores[:, 0]
+
+    @tf.function(input_signature=[IDS_SPEC], autograph=False)
+    def nbest_ids(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """source ids [batch, time] -> `hypotheses` without prefixes (traced once)."""
+        return self.hypotheses(source_ids)
 
     def hypotheses(self, source_ids: tf.Tensor, prefix_ids: tf.Tensor | None = None
                    ) -> tuple[tf.Tensor, tf.Tensor]:

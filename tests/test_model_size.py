@@ -3,6 +3,7 @@ that chooses, records, trains and decodes with the chosen size."""
 import dataclasses
 import json
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -89,14 +90,17 @@ TINY_LADDER = {
 
 
 @pytest.fixture
-def tiny_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
+def tiny_ladder(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The ladder of two tiny sizes, every size passing the threshold: auto picks 2x64, the
-    first it probes."""
-    for size in list(SIZE_LADDER):
-        monkeypatch.delitem(SIZE_LADDER, size)
-    for size, fields in TINY_LADDER.items():
-        monkeypatch.setitem(SIZE_LADDER, size, fields)
+    first it probes. The ladder is put back in its order (monkeypatch's undo would reverse it,
+    and `largest_size` is its last)."""
+    ladder = dict(SIZE_LADDER)
+    SIZE_LADDER.clear()
+    SIZE_LADDER.update(TINY_LADDER)
     monkeypatch.setattr(size_choice, "TOKENS_PER_PARAMETER", 0.0)
+    yield
+    SIZE_LADDER.clear()
+    SIZE_LADDER.update(ladder)
 
 
 def test_a_run_chooses_once_records_the_size_and_every_stage_uses_it(

@@ -194,7 +194,7 @@ class Translator(tf.Module):
         """UTF-8 lines [batch] and their translations [batch] -> the translations' scores
         (as `translate` scores its own), log-probabilities and pieces. A target of more
         pieces than the model accepts fails the request (InvalidArgumentError), uncut."""
-        return self._scores(*self.encode_pairs(text, target))
+        return self.score_ids(*self.encode_pairs(text, target))
 
     @tf.function(input_signature=[TEXT_SPEC, TARGET_SPEC], autograph=False)
     def align(self, text: tf.Tensor, target: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -214,16 +214,12 @@ class Translator(tf.Module):
     @tf.function(input_signature=[IDS_SPEC, TARGET_IDS_SPEC], autograph=False)
     def score_ids(self, source_ids: tf.Tensor, target_pieces: tf.Tensor
                   ) -> dict[str, tf.Tensor]:
-        """source ids [batch, time] and target pieces [batch, time] (then PAD) -> as `score`
-        (the source of the ONNX export's score.onnx)."""
-        return self._scores(source_ids, target_pieces)
-
-    def _scores(self, source_ids: tf.Tensor, target_ids: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Graph code: `score`'s outputs; target_ids: the pieces, EOS, then PAD."""
-        scores = score_targets(self.model, source_ids, target_ids, self.settings)
+        """source ids [batch, time] and target pieces [batch, time] (then PAD) -> `score`'s
+        outputs (`score` calls it; the source of the ONNX export's score.onnx)."""
+        scores = score_targets(self.model, source_ids, target_pieces, self.settings)
         positions = tf.range(tf.shape(scores.token_log_probs)[1])[None]  # [1, time + 1]
         ends = positions == scores.length[:, None] - 1
-        target_ids = tf.where(ends, EOS_ID, tf.pad(tf.cast(target_ids, tf.int32),
+        target_ids = tf.where(ends, EOS_ID, tf.pad(tf.cast(target_pieces, tf.int32),
                                                    [[0, 0], [0, 1]]))
         return {"score": scores.score, "log_prob": scores.log_prob, "target_ids": target_ids,
                 "token_log_probs": scores.token_log_probs}

@@ -31,7 +31,7 @@ from pipelines.corpus.prepare import PrepareSummary, prepare
 # out in this order (the Makefile's --no-loadscope-reorder: xdist's own order is by the number
 # of tests in a file), so long files start early and short ones fill the end. test_export
 # comes first: it builds the shared export fixtures that five later files wait for.
-SLOWEST_FILES = (
+SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
     "test_export.py", "test_train.py", "test_distributed.py", "test_run.py", "test_data.py",
     "test_serving.py", "test_terminology.py", "test_saved_model.py", "test_xla_saved_model.py",
     "test_faults.py", "test_fine_tune.py", "test_parallel_search.py", "test_translate.py",

@@ -30,7 +30,7 @@ from pipelines.corpus.prepare import PrepareSummary, prepare
 # down to 40 s); every other file after them, in collection order. xdist's loadfile hands files
 # out in this order (the Makefile's --no-loadscope-reorder: xdist's own order is by the number
 # of tests in a file), so long files start early and short ones fill the end. test_export
-# comes first: it builds the shared export fixtures that five later files wait for.
+# comes first: it builds the shared export fixtures that 18 other files use.
 SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
     "test_export.py", "test_train.py", "test_distributed.py", "test_run.py", "test_data.py",
     "test_serving.py", "test_terminology.py", "test_saved_model.py", "test_xla_saved_model.py",

@@ -14,16 +14,25 @@ CONSTRAINTS_cpu := constraints.txt
 CONSTRAINTS_gpu := constraints.txt constraints-gpu.txt
 CONSTRAINTS := $(CONSTRAINTS_$(FLAVOUR))
 INSTALLED := $(VENV)/.installed-$(FLAVOUR)
+# eflomal's own CFLAGS with -march=x86-64-v2 for its -march=native (spaces escaped for make)
+EFLOMAL_CFLAGS := -Ofast\ -march=x86-64-v2\ -Wall\ --std=gnu99\ -Wno-unused-function\ -g\ -fopenmp
+EFLOMAL_FLAGS := $(if $(filter x86_64,$(shell uname -m)),MAKEFLAGS='CFLAGS=$(EFLOMAL_CFLAGS)')
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: setup test demo gpu-check clean
 
 setup: $(INSTALLED)
 
-$(INSTALLED): setup.py $(CONSTRAINTS)
+$(INSTALLED): setup.py $(CONSTRAINTS) Makefile
 	$(if $(wildcard $(VENV)/.installed-$(OTHER_FLAVOUR)),rm -rf $(VENV))
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet pip==26.3
+	# eflomal (data.alignments) is an sdist whose own Makefile compiles with -march=native: a
+	# binary that dies of SIGILL on a CPU older than the builder's (a Docker image, pip's wheel
+	# cache in a shared home). Built for any x86-64-v2 CPU instead (x86-64; other machines keep
+	# native), never from that cache.
+	$(EFLOMAL_FLAGS) $(BIN)/pip install --quiet --no-cache-dir --force-reinstall --no-deps \
+		--build-constraint constraints.txt -c constraints.txt eflomal
 	# compat: a .pth path entry, so tests/ scripts and `python -m export...` import the tree
 	# as it is; PYTHONWARNINGS silences setuptools' notice that this mode is transitional.
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet $(addprefix -c ,$(CONSTRAINTS)) \

@@ -18,6 +18,8 @@ Example:
 """
 from __future__ import annotations
 
+import signal
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
@@ -88,7 +90,8 @@ def eflomal_alignments(sources: Sequence[Words], targets: Sequence[Words]) -> li
     """Symmetrized eflomal alignments of word-split pairs (no side empty), in order.
 
     Raises:
-        InputError: the eflomal package is missing (`data.alignments: eflomal`).
+        InputError: the eflomal package is missing (`data.alignments: eflomal`), or its
+            binary was built for another CPU.
     """
     try:
         import eflomal
@@ -97,10 +100,19 @@ def eflomal_alignments(sources: Sequence[Words], targets: Sequence[Words]) -> li
                          f"`make setup` installs it (setup.py pins it)") from None
     with tempfile.TemporaryDirectory(prefix="eflomal-") as work:
         forward, reverse = Path(work) / "forward", Path(work) / "reverse"
-        eflomal.Aligner(n_samplers=EFLOMAL_SAMPLERS).align(
-            [" ".join(words) + "\n" for words in sources],
-            [" ".join(words) + "\n" for words in targets],
-            links_filename_fwd=str(forward), links_filename_rev=str(reverse))
+        try:
+            eflomal.Aligner(n_samplers=EFLOMAL_SAMPLERS).align(
+                [" ".join(words) + "\n" for words in sources],
+                [" ".join(words) + "\n" for words in targets],
+                links_filename_fwd=str(forward), links_filename_rev=str(reverse))
+        except subprocess.CalledProcessError as error:
+            if error.returncode != -signal.SIGILL:
+                raise
+            raise InputError(
+                f"data.alignments: eflomal: its binary {error.cmd[0]} uses instructions this "
+                f"CPU lacks (SIGILL: built with -march=native on another machine); rebuild "
+                f"it here with `rm -rf .venv && make setup` (the Makefile builds it for any "
+                f"x86-64-v2 CPU)") from None
         pairs = zip(_read_links(forward), _read_links(reverse), strict=True)
         return [grow_diag_final_and(set(fwd), set(rev)) for fwd, rev in pairs]
 

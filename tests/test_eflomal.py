@@ -3,6 +3,7 @@ clear error when the one installed was built for another CPU."""
 from __future__ import annotations
 
 import platform
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -33,7 +34,7 @@ def fail_with(monkeypatch, returncode: int) -> None:
 
 def test_a_binary_built_for_another_cpu_fails_with_what_to_do(monkeypatch):
     fail_with(monkeypatch, -signal.SIGILL)
-    with pytest.raises(InputError, match=f"{BINARY}.*SIGILL.*make setup"):
+    with pytest.raises(InputError, match=f"{re.escape(str(BINARY))}.*SIGILL.*make setup"):
         eflomal_alignments([["a"]], [["b"]])
 
 

@@ -2,7 +2,7 @@
 import numpy as np
 
 from keras_transformer.schedules import TransformerSchedule
-from pipelines.training.budget import PLANNED_SHARE, Recipe, steps_that_fit
+from pipelines.training.budget import PLANNED_SHARE, Recipe, TrainingClock, steps_that_fit
 from pipelines.sections import TrainConfig
 
 
@@ -39,3 +39,21 @@ def test_steps_that_fit_spend_the_planned_share_of_the_time_left():
     assert steps_that_fit(10, seconds_left=1000.0, seconds_per_update=2.0) == \
         10 + int(PLANNED_SHARE * 500)
     assert steps_that_fit(10, seconds_left=1.0, seconds_per_update=2.0) == 11  # at least one
+
+
+def test_a_resumed_run_starts_only_when_its_first_update_fits_the_budget_left():
+    clock = TrainingClock(TrainConfig(max_minutes=1.0))
+    clock.seconds.assign(40.0)  # spent up to the checkpoint
+    clock.first_update_seconds.assign(30.0)  # the last invocation's, compilation included
+    clock.restored()
+    assert clock.first_update_problem() == (
+        "the 20 s left of the 1-minute budget cannot fit the first update, which compiles "
+        "(30 s last time)")
+    clock.first_update_seconds.assign(15.0)
+    assert clock.first_update_problem() is None
+    clock.seconds.assign(60.0)
+    clock.restored()
+    assert clock.first_update_problem() == "the 1-minute budget is spent"
+    # Without a budget, or before any update was timed, nothing stops the first update.
+    assert TrainingClock(TrainConfig(max_minutes=0)).first_update_problem() is None
+    assert TrainingClock(TrainConfig(max_minutes=1.0)).first_update_problem() is None

@@ -231,10 +231,10 @@ def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_cl
     assert again.start_step == again.step == summary.step and again.ended_by == "budget"
     assert again.seconds >= summary.seconds and again.planned_steps == summary.planned_steps
     # More budget: training goes on from the checkpoint, with the time already spent counted.
+    # (Half a minute more: a resumed run starts only if the budget left fits its first update,
+    # which compiles again, as long as the last one's did: 16 s on a loaded CPU.)
     longer = dataclasses.replace(config, train=dataclasses.replace(config.train,
-                                                                   max_minutes=1.25))
+                                                                   max_minutes=1.5))
     resumed = TrainingRun(longer).run()
     assert resumed.start_step == summary.step < resumed.step
-    # A resumed run compiles its first update again, unforeseen by the plan: under the AVX2
-    # emulation's CPU quota that overran the budget by 6.7 s.
-    assert resumed.seconds <= 1.25 * 60 + 10 and resumed.ended_by == "budget"
+    assert resumed.seconds <= 1.5 * 60 + 5 and resumed.ended_by == "budget"

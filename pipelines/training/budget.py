@@ -17,7 +17,9 @@ saving included) and keeping the time the final validation took; the learning-ra
 the intervals stay as first planned. The plan is saved with the checkpoints: a resumed run
 keeps it, or plans anew when `max_minutes` changed (a warm-up already passed keeps its curve).
 Training also stops, with a checkpoint, when the next update and the final validation would
-overrun the budget (the first plan cannot know what validation costs).
+overrun the budget (the first plan cannot know what validation costs). An invocation's first
+update compiles the step again; its time is saved too, and a resumed run whose budget left
+would not fit it does not start one.
 
 Example:
     clock = TrainingClock(config.train)       # saved in checkpoints as `clock`
@@ -91,6 +93,8 @@ class TrainingClock(tf.Module):
         # The learning-rate schedule reads these, so that a plan can compress it.
         self.warmup_steps = tf.Variable(float(train.warmup_steps), trainable=False)
         self.learning_rate_scale = tf.Variable(train.learning_rate_scale, trainable=False)
+        # The last invocation's first update, its compilation included (0: none yet).
+        self.first_update_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
         self._started = time.monotonic()
         self._restored_seconds = 0.0
 
@@ -107,6 +111,17 @@ class TrainingClock(tf.Module):
 
     def seconds_left(self) -> float:
         return (self.budget_seconds or float("inf")) - self.elapsed()
+
+    def first_update_problem(self) -> str | None:
+        """Why the budget left cannot fit this invocation's first update, or None."""
+        first_update, left = float(self.first_update_seconds.numpy()), self.seconds_left()
+        if left <= 0:
+            return f"the {self.budget_seconds / 60:g}-minute budget is spent"
+        if left < first_update:
+            return (f"the {left:.0f} s left of the {self.budget_seconds / 60:g}-minute budget "
+                    f"cannot fit the first update, which compiles ({first_update:.0f} s "
+                    f"last time)")
+        return None
 
     def before_save(self) -> None:
         self.seconds.assign(self.elapsed())

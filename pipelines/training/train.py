@@ -49,7 +49,6 @@ from pipelines.training.trainer import Trainer
 from pipelines.training.validation import Validator
 
 
-
 class TrainingDiverged(RuntimeError):
     """The loss or the gradients became NaN or Inf; no checkpoint holds the bad weights."""
 
@@ -146,9 +145,10 @@ class TrainingRun:
         iterator = iter(self.dataset)
         window, overall = Window(), Window()
         step, loss = self.start_step, math.nan
-        (out_of_time,) = any_worker(self.strategy, [self.clock.seconds_left() <= 0])
+        problem = self.clock.first_update_problem()
+        (out_of_time,) = any_worker(self.strategy, [problem is not None])
         if out_of_time:
-            self.progress.message(f"the {self.settings.max_minutes:g}-minute budget is spent")
+            self.progress.message(problem or "another worker's budget is spent")
         while step < self.recipe.steps and not out_of_time:
             step_started = time.monotonic()
             batches = tuple(next(iterator) for _ in range(self.settings.accumulate_steps))
@@ -162,6 +162,7 @@ class TrainingRun:
             step = self.trainer.step
             if step == self.start_step + 1:
                 self.progress.begin(step)  # the rate leaves out the compiling step
+                self.clock.first_update_seconds.assign(seconds)
             else:
                 overall.add(step_loss, tokens, seconds)
             calibration_spent, out_of_time, minutes_due = any_worker(

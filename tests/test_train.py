@@ -237,4 +237,4 @@ def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_cl
                                                                    max_minutes=1.5))
     resumed = TrainingRun(longer).run()
     assert resumed.start_step == summary.step < resumed.step
-    assert resumed.seconds <= 1.5 * 60 + 5 and resumed.ended_by == "budget"
+    assert resumed.seconds <= 1.5 * 60 + 10 and resumed.ended_by == "budget"

@@ -33,7 +33,7 @@ from pipelines.training.trainer import Trainer
 # trained for the same time, scores 7.9 at 0.95; 3x256 scores 9.5 at 0.53 where 3x192 scores
 # 16.8 at 1.19 in the same time; 3x256 scores 20.3 at 0.98 (a Zen 5's 4,000 updates). That
 # grid trained post-norm; with the pre-norm recipe since, 3x192 scores 2.7 at 0.19 where
-# 2x128 scores 11.6 at 0.88 in the same time (the AVX2 budget).
+# 2x128 scores 11.6 at 0.88 in the same time (the AVX2 budget), and 3x256 26.1 at 0.98.
 TOKENS_PER_PARAMETER = 0.7
 PROBE_UPDATES = 3
 # (size) -> (seconds of the probed updates, target tokens they trained, parameters)

@@ -1,9 +1,21 @@
-"""The budget's plan: the configured recipe compressed to the steps that fit."""
+"""The budget's plan: the configured recipe compressed to the steps that fit; a budgeted run
+on a scripted clock (every rule, exactly) and one short run on the real clock (the wiring)."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from keras_transformer.schedules import TransformerSchedule
+from pipelines.config import load_config
 from pipelines.training.budget import PLANNED_SHARE, Recipe, TrainingClock, steps_that_fit
 from pipelines.sections import TrainConfig
+from pipelines.training.checkpoint_files import checkpoint_step, training_checkpoints
+from pipelines.paths import RunPaths
+from tiny_run import make_tiny_run
 
 
 def test_compress_scales_every_length_and_keeps_off_intervals_off():
@@ -57,3 +69,109 @@ def test_a_resumed_run_starts_only_when_its_first_update_fits_the_budget_left():
     # Without a budget, or before any update was timed, nothing stops the first update.
     assert TrainingClock(TrainConfig(max_minutes=0)).first_update_problem() is None
     assert TrainingClock(TrainConfig(max_minutes=1.0)).first_update_problem() is None
+
+
+class ScriptedTime:
+    """`time` for the train stage's modules, whose `monotonic()` moves only with the updates:
+    the first update of each invocation takes `compile_seconds` (it compiles), every later
+    one `update_seconds`. Set-up, validation and saving take no time."""
+
+    def __init__(self, compile_seconds: float = 10.0, update_seconds: float = 1.0) -> None:
+        self.now = 1000.0
+        self.compile_seconds, self.update_seconds = compile_seconds, update_seconds
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str):  # the rest of the time module
+        return getattr(time, name)
+
+    def timed_run(self, config):
+        """A TrainingRun of `config` whose updates advance this clock."""
+        from pipelines.training.train import TrainingRun
+
+        run = TrainingRun(config)
+        step, first = run.trainer.train_step, [True]
+
+        def scripted_step(batches):
+            self.now += self.compile_seconds if first[0] else self.update_seconds
+            first[0] = False
+            return step(batches)
+
+        run.trainer.train_step = scripted_step
+        return run
+
+
+@pytest.fixture
+def scripted_time(monkeypatch: pytest.MonkeyPatch) -> ScriptedTime:
+    from pipelines.training import budget, checkpoints, train
+
+    scripted = ScriptedTime()
+    for module in (budget, checkpoints, train):
+        monkeypatch.setattr(module, "time", scripted)
+    return scripted
+
+
+@pytest.mark.slow
+def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_clock(
+        tmp_path: Path, scripted_time: ScriptedTime, capsys: pytest.CaptureFixture) -> None:
+    config = load_config(make_tiny_run(tmp_path, train={
+        "steps": 100_000, "warmup_steps": 4000, "max_minutes": 1.0,
+        "checkpoint_every_steps": 20_000}))  # every 10 steps once compressed
+    summary = scripted_time.timed_run(config).run()
+    # 10 s for the first update, then 1 s each: at update 3 (12 s) the calibration's 5% is
+    # spent and the plan fits 95% of the 48 s left at 1 s/update: 48 steps. The recipe is
+    # compressed by that first plan's r: warm-up x r, learning rate x sqrt(r).
+    first_plan = 3 + int(PLANNED_SHARE * 48)
+    assert f"budget: 1 min fit about {first_plan} of 100,000 steps at 1.00 s/update" in \
+        capsys.readouterr().out
+    assert summary.warmup_steps == round(4000 * first_plan / 100_000) < summary.step
+    assert summary.learning_rate_scale == pytest.approx((first_plan / 100_000) ** 0.5)
+    # Replanned at each checkpoint from the time per step (at step 40, 11 s left fit 10 more);
+    # step 50 ends at 59 s, with 1 s left: too little for another update.
+    assert (summary.ended_by, summary.planned_steps, summary.step) == ("budget", 50, 50)
+    assert summary.seconds == 59.0
+    assert checkpoint_step(training_checkpoints(RunPaths(config.run_path))[-1]) == summary.step
+    # The run goes on from the budget's last checkpoint: average and evaluate (which restores
+    # the averaged checkpoint as export does).
+    from pipelines.average import average
+    from pipelines.evaluate import evaluate
+
+    averaged = average(config)
+    assert checkpoint_step(averaged.checkpoints[-1]) == summary.step
+    greedy = dataclasses.replace(config, evaluate=dataclasses.replace(
+        config.evaluate, beam_size=1, extra_length=5))  # a short decode of every dev line
+    assert evaluate(greedy, split="dev").sentences == 40
+    # Resuming with the budget spent does no update and keeps the clock and the plan.
+    again = scripted_time.timed_run(config).run()
+    assert again.start_step == again.step == summary.step and again.ended_by == "budget"
+    assert again.seconds == summary.seconds and again.planned_steps == summary.planned_steps
+    # 5 s more cannot fit the first update, which compiles again (10 s last time).
+    briefly = dataclasses.replace(config, train=dataclasses.replace(config.train,
+                                                                    max_minutes=65 / 60))
+    refused = scripted_time.timed_run(briefly).run()
+    assert refused.start_step == refused.step == summary.step
+    # Half a minute more: training goes on from the checkpoint, with the time spent counted,
+    # and plans anew for the new budget.
+    longer = dataclasses.replace(config, train=dataclasses.replace(config.train,
+                                                                   max_minutes=1.5))
+    resumed = scripted_time.timed_run(longer).run()
+    # The first update ends at 69 s; at 71 s (update 53) the new plan fits 95% of the 19 s
+    # left: 71 steps, the last ending at 89 s.
+    assert resumed.start_step == summary.step and resumed.ended_by == "budget"
+    assert (resumed.planned_steps, resumed.step, resumed.seconds) == (71, 71, 89.0)
+
+
+@pytest.mark.slow
+def test_a_budget_on_the_real_clock_ends_training_with_a_checkpoint(tmp_path: Path) -> None:
+    from pipelines.training.train import TrainingRun
+
+    config = load_config(make_tiny_run(tmp_path, train={
+        "steps": 100_000, "warmup_steps": 4000, "max_minutes": 0.15,
+        "checkpoint_every_steps": 1000}))
+    summary = TrainingRun(config).run()
+    assert summary.ended_by == "budget" and 0 < summary.step < 100_000
+    # The last update may overrun by its own length: the first one compiles (10-20 s on a
+    # loaded CPU).
+    assert summary.seconds <= 9 + 20
+    assert checkpoint_step(training_checkpoints(RunPaths(config.run_path))[-1]) == summary.step

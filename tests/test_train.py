@@ -1,5 +1,6 @@
 """The train stage in one process (and the CLI's): runs resume after SIGKILL, one trace, XLA,
-NaN stop, budgets, bad checkpoints and configs. Replicas and workers: tests/test_distributed.py."""
+NaN stop, bad checkpoints and configs. Budgets: tests/test_budget.py; replicas and workers:
+tests/test_distributed.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -200,41 +201,3 @@ def test_no_train_pair_within_max_length_stops_before_training(tmp_path: Path, c
         f"pair fits data.max_length (3 tokens a side, BOS and EOS included)\n")
     assert not (tmp_path / "run" / "checkpoints").exists()
 
-
-def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_clock(
-        tmp_path: Path) -> None:
-    # A minute: the first update compiles, 10-20 s on a slow CPU shared with another test file.
-    config = load_config(make_tiny_run(tmp_path, train={
-        "steps": 100_000, "warmup_steps": 4000, "max_minutes": 1.0,
-        "checkpoint_every_steps": 1000}))
-    summary = TrainingRun(config).run()
-    assert summary.ended_by == "budget" and 0 < summary.step < summary.planned_steps * 1.1
-    # The recipe was compressed in time to fit: warm-up x r and learning rate x sqrt(r) (the
-    # first plan's r; later plans adjust the steps only), and the run left warm-up.
-    assert summary.planned_steps < 100_000 and summary.warmup_steps < summary.step
-    first_ratio = summary.warmup_steps / 4000
-    assert summary.learning_rate_scale == pytest.approx(first_ratio ** 0.5, rel=0.1)
-    assert 0.8 * 60 < summary.seconds <= 60 + 5
-    assert checkpoint_step(training_checkpoints(RunPaths(config.run_path))[-1]) == summary.step
-    # The run goes on from the budget's last checkpoint: average and evaluate (which restores
-    # the averaged checkpoint as export does).
-    from pipelines.average import average
-    from pipelines.evaluate import evaluate
-
-    averaged = average(config)
-    assert checkpoint_step(averaged.checkpoints[-1]) == summary.step
-    greedy = dataclasses.replace(config, evaluate=dataclasses.replace(
-        config.evaluate, beam_size=1, extra_length=5))  # a short decode of every dev line
-    assert evaluate(greedy, split="dev").sentences == 40
-    # Resuming with the budget spent does no update and keeps the clock and the plan.
-    again = TrainingRun(config).run()
-    assert again.start_step == again.step == summary.step and again.ended_by == "budget"
-    assert again.seconds >= summary.seconds and again.planned_steps == summary.planned_steps
-    # More budget: training goes on from the checkpoint, with the time already spent counted.
-    # (Half a minute more: a resumed run starts only if the budget left fits its first update,
-    # which compiles again, as long as the last one's did: 16 s on a loaded CPU.)
-    longer = dataclasses.replace(config, train=dataclasses.replace(config.train,
-                                                                   max_minutes=1.5))
-    resumed = TrainingRun(longer).run()
-    assert resumed.start_step == summary.step < resumed.step
-    assert resumed.seconds <= 1.5 * 60 + 10 and resumed.ended_by == "budget"

@@ -19,7 +19,7 @@ EFLOMAL_CFLAGS := -Ofast\ -march=x86-64-v2\ -Wall\ --std=gnu99\ -Wno-unused-func
 EFLOMAL_FLAGS := $(if $(filter x86_64,$(shell uname -m)),MAKEFLAGS='CFLAGS=$(EFLOMAL_CFLAGS)')
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup test demo gpu-check clean
+.PHONY: setup test test-fast demo gpu-check clean
 
 setup: $(INSTALLED)
 
@@ -48,6 +48,11 @@ $(INSTALLED): setup.py $(CONSTRAINTS) Makefile
 TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
+
+# The quick tier for the edit loop: no training, no export, no subprocess (tests/conftest.py
+# fails a test that starts one without the `slow` mark); one process.
+test-fast: setup
+	$(BIN)/pytest -q -m "not slow" tests
 
 demo: setup
 	$(BIN)/keras-transformer run demo

@@ -7,6 +7,11 @@ read it (`shared_directory`). Tests only read them, or copy what they change.
 
 Files run slowest first (`SLOWEST_FILES`), so that the two workers end together.
 
+`make test-fast` (`-m "not slow"`) leaves out every test that trains, exports or starts a
+subprocess: those marked `slow`, and those using a fixture that builds a run (`RUN_FIXTURES`,
+marked here). In that tier such work fails the test that starts it (`no_slow_work`), so a
+test that needs a mark cannot hide in the quick tier.
+
 The suite runs on CPU-only and GPU hosts alike: on a GPU, TensorFlow computes float32 matmuls
 in true float32 (not TF32, whose 10-bit mantissa would break the exact parity of TensorFlow
 with ONNX Runtime and CTranslate2 on the CPU), and this process and every subprocess take GPU
@@ -39,9 +44,39 @@ SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
     "test_scoring.py", "test_onnx.py")
 
 
+# The fixtures that prepare, train or export a run (every fixture built on them is too).
+RUN_FIXTURES = {"demo_run", "export_config", "trained_tiny_run"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: index for index, name in enumerate(SLOWEST_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
+    for item in items:
+        if RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def _refuse(what: str) -> Callable[..., None]:
+    def refused(*args: object, **kwargs: object) -> None:
+        pytest.fail(f"{what} in the quick tier (make test-fast): mark the test slow")
+    return refused
+
+
+@pytest.fixture(autouse=True)
+def no_slow_work(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In `make test-fast` (a mark expression leaving out `slow`), a subprocess, a training
+    run, an update of the trainer or an export fails the test that starts it."""
+    if "not slow" not in (request.config.getoption("markexpr") or ""):
+        return
+    import subprocess
+
+    import tensorflow as tf
+
+    from pipelines.training.trainer import Trainer
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("a subprocess"))
+    monkeypatch.setattr(Trainer, "__init__", _refuse("training"))
+    monkeypatch.setattr(tf.saved_model, "save", _refuse("a SavedModel export"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

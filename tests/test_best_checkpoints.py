@@ -75,6 +75,7 @@ def test_without_kept_checkpoints_best_weights_are_refused(tmp_path: Path) -> No
         weights_checkpoint(RunPaths(tmp_path), "best")
 
 
+@pytest.mark.slow
 def test_a_run_stops_early_keeps_its_best_and_averages_them(tmp_path: Path) -> None:
     from pipelines.average import average
     from pipelines.models import load_model_for_inference

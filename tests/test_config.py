@@ -218,6 +218,7 @@ MISSING_CORPUS = ("name: demo\nrun_dir: run\ndata:\n  source: files\n"
     ("prepare", MISSING_CORPUS, "{path}:7: data.dev.src: {dir}/dev.en: no such file"),
     ("run", MISSING_CORPUS, "{path}:7: data.dev.src: {dir}/dev.en: no such file"),
 ])
+@pytest.mark.slow
 def test_the_cli_rejects_a_bad_config_in_one_line_without_tensorflow(tmp_path, command, text,
                                                                       error):
     path = write(tmp_path, text)

@@ -50,6 +50,7 @@ def test_what_exports_record_reads_back() -> None:
     assert error.value.field == "alpha"
 
 
+@pytest.mark.slow
 def test_finding_an_export_and_its_settings_imports_no_runtime() -> None:
     """`translate` finds an export and reads its settings before it imports the one runtime
     it runs (TensorFlow, ONNX Runtime or CTranslate2)."""

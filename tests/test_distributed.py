@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from pipelines.training.checkpoint_files import checkpoint_step, training_checkpoints
 from pipelines.paths import RunPaths
@@ -18,6 +19,7 @@ from tiny_run import make_tiny_run, subprocess_env
 TESTS = Path(__file__).parent
 
 
+@pytest.mark.slow
 def test_replicas_and_accumulation_make_the_one_replica_update(tmp_path: Path) -> None:
     # The paper's warm-up keeps the learning rate realistic: Adam amplifies rounding noise
     # in weights with tiny gradients in proportion to it.
@@ -43,6 +45,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_an_overflow_on_one_replica_skips_the_update_on_both(tmp_path: Path) -> None:
     """mixed_float16 on 2 replicas, replica 1's gradients infinite at update 2: both skip it
     (weights unchanged, loss scale halved), then the next try applies on both."""
@@ -62,6 +65,7 @@ def test_an_overflow_on_one_replica_skips_the_update_on_both(tmp_path: Path) -> 
     assert all(call["all_finite"] and call["replicas_equal"] for call in report["calls"])
 
 
+@pytest.mark.slow
 def test_two_workers_agree_on_overflow_and_budget_and_finish_with_identical_weights(
         tmp_path: Path) -> None:
     """Worker 1's float16 gradients overflow at update 5 and its clock runs 20 s ahead (it

@@ -38,6 +38,7 @@ def test_the_warning_needs_a_driver_and_no_gpu(monkeypatch, tmp_path):
     assert gpu.visible_gpus() == [gpu.Gpu("/physical_device:GPU:0", "Tesla T4", (7, 5))]
 
 
+@pytest.mark.slow
 def test_nvidia_smi_memory_by_name_leaves_out_names_that_differ(monkeypatch, tmp_path):
     fake_driver(monkeypatch, tmp_path, present=True)
     smi = tmp_path / "bin" / "nvidia-smi"

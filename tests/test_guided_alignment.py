@@ -100,6 +100,7 @@ def test_batches_carry_each_target_pieces_links(tmp_path):
         ((source == PAD_ID) | (source == EOS_ID))[:, None, :], gold.shape)].any()
 
 
+@pytest.mark.slow
 def test_a_few_guided_steps_train_and_the_model_reads_its_trained_head(tmp_path, capsys):
     config = aligned_tiny_run(tmp_path)
     assert main(["train", str(config)]) == 0

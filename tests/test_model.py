@@ -90,6 +90,7 @@ def test_mixed_precision_policy_is_restored_on_load(tmp_path, bfloat16_runs):
     assert restored.decoder_layers[-1].cross_attention.query_dense.compute_dtype == "bfloat16"
 
 
+@pytest.mark.slow
 def test_tiny_model_overfits_a_small_batch():
     model = make_model()
     optimizer = keras.optimizers.Adam(3e-3)

@@ -103,6 +103,7 @@ def tiny_ladder(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     SIZE_LADDER.update(ladder)
 
 
+@pytest.mark.slow
 def test_a_run_chooses_once_records_the_size_and_every_stage_uses_it(
         tmp_path: Path, tiny_ladder: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from pipelines.average import average

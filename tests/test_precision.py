@@ -84,6 +84,7 @@ def test_cpu_flags_reads_the_first_flags_line(tmp_path):
     assert cpu_flags(tmp_path / "missing") == frozenset()
 
 
+@pytest.mark.slow
 def test_importing_it_needs_no_tensorflow():
     import subprocess
 

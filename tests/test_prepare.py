@@ -139,6 +139,7 @@ def test_shards_samples_and_a_smaller_re_prepare(tmp_path, capsys, monkeypatch):
     assert sorted(second) == sorted(first)
 
 
+@pytest.mark.slow
 def test_alignments_are_written_beside_each_shard_in_spm_words(tmp_path, capsys):
     """data.alignments: eflomal: a .align file per shard, a line per pair, links inside both
     sides' SentencePiece words. The words that vary from pair to pair (the animal, 1, and the
@@ -172,6 +173,7 @@ def test_alignments_are_written_beside_each_shard_in_spm_words(tmp_path, capsys)
     assert not list(data.glob("*.align"))  # a prepare without alignments removes them
 
 
+@pytest.mark.slow
 def test_a_killed_prepare_leaves_the_previous_files_whole(tmp_path):
     """SIGKILL during the writing pass: data/ keeps the earlier prepare's files, byte for
     byte; the next prepare removes the staging directory and completes."""

@@ -202,6 +202,7 @@ def test_bad_config_fails_before_any_work(tiny_config, edit, expected, capsys):
     assert not (tiny_config.parent / "runs" / "bad").exists()
 
 
+@pytest.mark.slow
 def test_config_errors_need_no_tensorflow(tmp_path):
     """Config checks run before TensorFlow is imported (which alone takes seconds)."""
     code = ("import sys\nfrom pipelines.config import load_config\n"

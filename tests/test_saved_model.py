@@ -145,6 +145,7 @@ def test_no_version_is_none(tmp_path):
         saved_model_metadata(tmp_path / "1")
 
 
+@pytest.mark.slow
 def test_staging_directories_follow_the_umask_and_dead_processes_ones_go(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()

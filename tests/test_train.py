@@ -28,6 +28,7 @@ from tiny_run import copy_run, dataset_fn, make_tiny_run, subprocess_env, synthe
 
 CLI = "import sys; from pipelines.cli import main; sys.exit(main(sys.argv[1:]))"
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     config = make_tiny_run(tmp_path, train={
         "steps": 60, "checkpoint_every_steps": 5, "validate_every_steps": 60,
@@ -67,6 +68,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
             "dev/perplexity", "dev/bleu"} <= tags
 
 
+@pytest.mark.slow
 def test_one_trace_over_batches_of_20_shapes_in_mixed_bfloat16(tmp_path: Path,
                                                              bfloat16_runs: None) -> None:
     config = load_config(make_tiny_run(tmp_path, model={"dtype": "mixed_bfloat16"}, train={
@@ -85,6 +87,7 @@ def test_one_trace_over_batches_of_20_shapes_in_mixed_bfloat16(tmp_path: Path,
     assert summary.dev_bleu is not None and 0 <= summary.dev_bleu <= 100
 
 
+@pytest.mark.slow
 def test_a_tiny_xla_run_compiles_once_per_bucket_and_says_so(tmp_path: Path, capsys) -> None:
     config = load_config(make_tiny_run(tmp_path, train={"steps": 4, "jit_compile": True,
                                                         "checkpoint_every_steps": 4}))
@@ -115,6 +118,7 @@ def six_steps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, typing.Any]
             "weights": [v.numpy() for v in first.trainer.model.variables]}
 
 
+@pytest.mark.slow
 def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(
         six_steps: dict[str, typing.Any], tmp_path: Path) -> None:
     config = load_config(copy_run(six_steps["directory"], tmp_path)[0])
@@ -134,6 +138,7 @@ def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(
     assert [checkpoint_step(p) for p in training_checkpoints(RunPaths(config.run_path))] == [3, 6]
 
 
+@pytest.mark.slow
 def test_a_broken_checkpoint_index_resumes_from_the_newest_complete_checkpoint(
         six_steps: dict[str, typing.Any], tmp_path: Path) -> None:
     """Never train again from step 0 over good checkpoints: an unreadable index, a listed
@@ -159,6 +164,7 @@ def test_a_broken_checkpoint_index_resumes_from_the_newest_complete_checkpoint(
     assert list(paths.checkpoints.glob("ckpt-*.data-*"))  # nothing was deleted
 
 
+@pytest.mark.slow
 def test_checkpoints_of_another_vocabulary_are_refused(six_steps: dict[str, typing.Any],
                                                        tmp_path: Path) -> None:
     from keras_transformer.tokenizer import train_sentencepiece
@@ -192,6 +198,7 @@ def test_model_and_train_sections_are_validated(tmp_path: Path) -> None:
         load_config(config)
 
 
+@pytest.mark.slow
 def test_no_train_pair_within_max_length_stops_before_training(tmp_path: Path, capsys) -> None:
     config = make_tiny_run(tmp_path)  # pairs of 2 to 12 words: 4 tokens or more with BOS, EOS
     config.write_text(config.read_text().replace("max_length: 40", "max_length: 3"))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from keras_transformer.tokenizer import Tokenizer
@@ -14,6 +15,7 @@ from pipelines.training.trainer import Trainer
 from tiny_run import make_tiny_run, synthetic_halves
 
 
+@pytest.mark.slow
 def test_the_xla_update_gives_the_loss_and_gradients_of_the_plain_one(tmp_path: Path) -> None:
     config = load_config(make_tiny_run(tmp_path))
     vocab_size = Tokenizer((config.run_path / "vocab" / "spm.model").read_bytes()).vocab_size

@@ -48,6 +48,7 @@ def test_an_update_moves_the_shadow_unless_it_was_skipped() -> None:
     np.testing.assert_array_equal(average.shadows[0].numpy(), [100.0, 100.0])
 
 
+@pytest.mark.slow
 def test_a_run_saves_resumes_and_decodes_with_its_moving_average(tmp_path: Path) -> None:
     from pipelines.models import load_model_for_inference
     from pipelines.training.train import TrainingRun

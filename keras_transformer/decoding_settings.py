@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-STOP_RULES = ("full", "bound")  # when a sentence's beam search ends (keras_transformer.decoding)
+STOP_RULES = ("full", "bound")  # when a sentence's beam search ends (search_primitives)
 
 
 def max_target_pieces(model_max_length: int) -> int:

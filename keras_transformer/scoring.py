@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import length_penalty
+from keras_transformer.search_primitives import length_penalty
 from keras_transformer.decoding_settings import DecodingSettings, max_target_pieces
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID

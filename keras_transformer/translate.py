@@ -30,8 +30,9 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer.constrained_search import constrained_beam_search
-from keras_transformer.decoding import beam_search, length_penalty
+from keras_transformer.decoding import beam_search
 from keras_transformer.greedy import greedy_search
+from keras_transformer.search_primitives import length_penalty
 from keras_transformer.sampling import Sampling, sample_picker
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer

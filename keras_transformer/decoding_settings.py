@@ -75,6 +75,24 @@ class DecodingSettings:
         """Source tokens kept, EOS included: max_source_length, at most the model's."""
         return min(self.max_source_length or model_max_length, model_max_length)
 
+    @property
+    def max_source_pieces(self) -> int:
+        """The source cut: the most pieces of a line that are read, then its EOS
+        (max_source_length - 1), for settings resolved against a model (`for_model`: the
+        Translator's and every export's). Every runtime cuts its sources so, as the graphs'
+        tokenizer does (`Tokenizer.tokenize(add_eos=True, max_length=max_source_length)`)."""
+        return self.max_source_length - 1
+
+    def source_length(self, pieces: int) -> int:
+        """The tokens read of a line of `pieces` pieces: at most max_source_pieces of them,
+        then EOS."""
+        return min(pieces, self.max_source_pieces) + 1
+
+    def cut_source_ids(self, source_ids: Any, model_max_length: int) -> Any:
+        """Source ids [batch, time] (pieces, EOS, then PAD; a tensor or an array) cut to
+        `source_limit` tokens."""
+        return source_ids[:, :self.source_limit(model_max_length)]
+
     def for_model(self, model_max_length: int) -> DecodingSettings:
         """These settings with max_source_length resolved against the model's max_length."""
         return dataclasses.replace(self, max_source_length=self.source_limit(model_max_length))

@@ -130,8 +130,8 @@ def encode_for_search(model: Transformer, source_ids: tf.Tensor, settings: Decod
     whether it has no piece [batch]), sources cut to the settings' limit; `cache_length` > 0:
     fixed-size self-attention caches (`Transformer.init_cache`)."""
     max_length = model.model_config.max_length
-    source_ids = tf.cast(source_ids, tf.int32)
-    source_ids = source_ids[:, :settings.source_limit(max_length)]  # [batch, source]
+    source_ids = settings.cut_source_ids(tf.cast(source_ids, tf.int32),
+                                         max_length)  # [batch, source]
     is_real = source_ids != PAD_ID  # [batch, source]
     lengths = tf.reduce_sum(tf.cast(is_real, tf.int32), axis=1)  # [batch]
     empty = tf.reduce_all(~is_real | (source_ids == EOS_ID), axis=1)  # [batch]

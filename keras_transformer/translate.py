@@ -15,13 +15,19 @@
 (`keras_transformer.decoding_settings.DecodingSettings`: beam 4, alpha 0.6 by default; GREEDY
 for greedy search) set the search and its limits, so that any input gives a defined output:
 * a source is cut to `settings.max_source_length` tokens (default and at most the model's
-  max_length);
+  max_length: `DecodingSettings.cut_source_ids`);
 * a translation has at most `settings.output_limit(source length, model max_length)` tokens:
   source length + extra_length (the paper's limit), at most the model's positions;
 * a source with no piece (only PAD and EOS) translates to nothing (all PAD) with score 0.
 
-Every caller decodes through `decode_sources`: the exported Translator, dev BLEU during training,
-the attention maps of `visualize` and the tests' Keras-level reference.
+Every decoding of a Transformer starts at `encode_for_search`, which applies these limits
+once: `decode_sources` (dev BLEU during training, the attention maps of `visualize`, the tests'
+Keras-level reference), `decode_hypotheses` (the exported Translator's searches, through
+`keras_transformer.parallel_search` when asked), `sample_sources`, `decode_with_terms` and the
+XLA search of `keras_transformer.compiled_search`.
+
+Example:
+    target_ids, score = decode_sources(model, source_ids, DecodingSettings(beam_size=4))
 """
 from __future__ import annotations
 

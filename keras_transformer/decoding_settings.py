@@ -1,15 +1,19 @@
 """How a Transformer decodes, in one typed place: the paper's beam search (section 6.1: beam 4,
 alpha 0.6, at most source length + 50 output tokens) and its limits.
 
-Its defaults, its validation and the output-length rule are written here once. The pipeline
-config's `evaluate` section builds it, the Translator takes it, every export records it
-(`to_dict`, in translator.json) and every runtime reads it back (`from_dict`). No TensorFlow
-at import, so that `translate --runtime onnx` and `--runtime ct2` read it without TensorFlow.
+Its defaults, its validation, the source cut (`max_source_pieces`, `source_length`,
+`cut_source_ids`: max_source_length tokens, EOS included) and the output-length rule are
+written here once. The pipeline config's `evaluate` section builds it, the Translator takes it,
+every export records it (`to_dict`, in translator.json) and every runtime reads it back
+(`from_dict`). No TensorFlow at import, so that `translate --runtime onnx` and `--runtime ct2`
+read it without TensorFlow.
 
 Example:
     >>> settings = DecodingSettings(beam_size=5)
     >>> settings.output_limit(12, max_length=256)
     62
+    >>> settings.for_model(256).max_source_pieces  # a line's pieces read, then EOS
+    255
     >>> DecodingSettings.from_dict(settings.to_dict()) == settings
     True
 """

@@ -98,7 +98,7 @@ def alignment_error_rate(predicted: list[Links], gold: list[GoldPair]) -> float:
 def model_links(export: Path, gold: list[GoldPair]) -> list[Links]:
     """The export's word alignments of the gold pairs, through the `align` signature."""
     from export.loading import open_translator
-    from export.signature_outputs import aligned_in_batches
+    from export.translator.align import aligned_in_batches
     from export.word_alignment import parse_alignment
 
     translator = open_translator(export, "tf")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from keras_transformer.decoding_settings import DecodingSettings
 from pipelines.paths import RunPaths
 
 SAVED_MODEL_DTYPES = {"tf": "float32", "tf-bfloat16": "mixed_bfloat16"}
@@ -94,7 +95,8 @@ def test_split(config_name: str, count: int) -> tuple[list[list[int]], list[str]
     from pipelines.config import load_config
 
     config = load_config(config_name)
-    paths, limit = RunPaths(config.run_path), config.data.max_length - 1
+    paths = RunPaths(config.run_path)
+    limit = DecodingSettings(max_source_length=config.data.max_length).max_source_pieces
     processor = spm.SentencePieceProcessor(model_file=str(paths.spm_model))
     src, tgt = paths.split("test")
     with open(src, encoding="utf-8") as sources, open(tgt, encoding="utf-8") as targets:

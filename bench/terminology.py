@@ -73,7 +73,7 @@ def main() -> int:
 
     from export.glossary import Glossary
     from export.loading import open_saved_model, resolve_export
-    from export.signature_outputs import termed_in_batches
+    from export.translator.terms import termed_in_batches
     from pipelines.config import load_config
     from pipelines.paths import RunPaths
 

@@ -2,9 +2,8 @@
 TensorFlow.
 
 Lines are tokenized as the exported graphs tokenize them (runs of whitespace and NUL as one
-space, at most max_source_length - 1 pieces, then EOS; a line without pieces translates to ""),
-decoded
-with the exported beam size and alpha, and detokenized to one line each.
+space, cut to `DecodingSettings.max_source_pieces`, then EOS; a line without pieces translates
+to ""), decoded with the exported beam size and alpha, and detokenized to one line each.
 
 Example:
     translator = CTranslate2Translator(Path("runs/demo/export/ctranslate2"), "int8")
@@ -60,8 +59,8 @@ class CTranslate2Translator:
                 for pieces in self.translate_pieces(self._source_pieces(texts))]
 
     def _source_pieces(self, texts: Sequence[str | bytes]) -> list[list[str]]:
-        """Lines -> source pieces as the graphs read them (max_source_length - 1, no EOS)."""
-        limit = self.metadata.settings.max_source_length - 1
+        """Lines -> source pieces as the graphs read them (max_source_pieces, no EOS)."""
+        limit = self.metadata.settings.max_source_pieces
         return [self.processor.encode(normalize_spaces(decode_line(text)), out_type=str)[:limit]
                 for text in texts]
 

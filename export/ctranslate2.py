@@ -11,10 +11,11 @@ scaled by sqrt(d_model), one table shared by source, target and the pre-softmax 
 learned positions) written out for `max_length` positions, and the model's layer-norm epsilon.
 Decoding differs only where CTranslate2 has no equivalent: its length penalty divides by
 length ** alpha where ours divides by ((5 + length) / 6) ** alpha, and its output limit is one
-per batch (the longest source + extra_length) where ours is per sentence
-(README.md: CTranslate2). The spec declares the decoder layer whose cross-attention, averaged
-over its heads (head 0 alone after guided-alignment training), gives word alignments (`keras_transformer.alignment`), so that
-`translate_batch(return_attention=True)` returns the attention the SavedModel's `align` reads.
+per batch (the longest source + extra_length) where ours is per sentence (docs/serving.md,
+"CTranslate2"). The spec declares the decoder layer whose cross-attention, averaged over its
+heads (head 0 alone after guided-alignment training), gives word alignments
+(`keras_transformer.alignment`), so that `translate_batch(return_attention=True)` returns the
+attention the SavedModel's `align` reads.
 """
 from __future__ import annotations
 

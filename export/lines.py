@@ -96,8 +96,7 @@ def prefix_problem(lines: Sequence[str], prefixes: Sequence[str], spm_model: Pat
         if not prefix.strip():
             continue
         settings = metadata.settings
-        source = min(len(processor.encode(normalize_spaces(line))) + 1,
-                     settings.max_source_length)
+        source = settings.source_length(len(processor.encode(normalize_spaces(line))))
         limit = settings.output_limit(source, metadata.model.max_length)
         pieces = len(processor.encode(normalize_spaces(prefix)))
         if pieces > limit:

@@ -46,7 +46,7 @@ from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants, sink_ini
 from export.onnx_quantize import quantize_int8
 from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SCORE_FILE,
                              SPM_FILE, TRANSLATOR_FILE)
-from export.signature_specs import TEXT_SPEC
+from export.translator.signatures import TEXT_SPEC
 from export.translator import Translator
 from keras_transformer.tokenizer import Tokenizer
 from keras_transformer.top_k import plain_top_k

@@ -115,7 +115,7 @@ class OnnxTranslator:
             raise ExportError(f"{self.directory}: no {SCORE_FILE} (exported before scoring); "
                               f"export again")
         processor = self.processor
-        limit = self.metadata.settings.max_source_length - 1
+        limit = self.metadata.settings.max_source_pieces
 
         def score_batch(batch: list[Pair]) -> list[PairScore]:
             def pieces(text: str) -> list[int]:

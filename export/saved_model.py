@@ -4,18 +4,10 @@
                        assets.extra/tf_serving_warmup_requests   PredictionLog records
                        assets.extra/spm.model, translator.json   for clients and `translate`
 
-Signatures (`export.translator`): `serving_default` (text -> translation, score),
-`translate_ids` (source_ids -> target_ids, score), `translate_nbest` (text -> the final
-beam's translations and scores, best first), `translate_prefix` (text, prefix ->
-translation, score: each translation begins with its prefix), `translate_sample` (text and
-sampling parameters per line -> a random translation, score), `score` (text, target -> the
-given translation's score, log-probability and per-piece log-probabilities), `align` (text,
-target -> the given translation's word alignment, `I-J ...`), `translate_aligned` (text ->
-translation, score and its word alignment, in one request: `export.aligned_translation`) and
-`translate_terms` (text, target terms [batch, terms] -> translations holding them:
-`export.terminology`). The graphs use
-core TF ops and TF Text ops of TF Serving's set (serving/tf_serving_text_ops.txt); the
-SentencePiece model is inside them.
+Its signatures are those of `export.translator.signatures.SIGNATURES` (each one's Translator
+function, inputs and outputs), each warmed up with a request of one line and one of them all.
+The graphs use core TF ops and TF Text ops of TF Serving's set (serving/tf_serving_text_ops.txt);
+the SentencePiece model is inside them.
 
 Each export takes a new integer version, 1 + the largest one present: it is written under a
 temporary name (`.export-*`; TF Serving reads integer names only) and renamed into place
@@ -35,11 +27,12 @@ from export import ExportError
 from export.lines import sampled_in_batches, scored_in_batches, translate_in_batches
 from export.metadata import METADATA_FILE, SAVED_MODEL_EXTRA, SPM_FILE, saved_model_metadata
 from export.serving.client import predict_request
-from export.text import encode_text
 from export.scores import Pair, PairScore, score_in_batches
-from export.signature_outputs import (nbest_pairs, prefixed_in_batches, scored_batch,
-                                      translated_aligned_in_batches, translated_text)
 from export.translator import Translator
+from export.translator.align import translated_aligned_in_batches
+from export.translator.score import scored_batch
+from export.translator.signatures import SIGNATURES
+from export.translator.translate import nbest_pairs, prefixed_in_batches, translated_text
 from export.versions import publish_version, staging_directory
 from keras_transformer.compiled_search import bucket_sources
 from keras_transformer.decoding_settings import SamplingSettings
@@ -68,12 +61,8 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
         # module in its own context, which is part of the trace cache's key, so a function
         # traced before save would be traced twice (TensorFlow issue #56370).
         tf.saved_model.save(translator, str(temporary), signatures={
-            "serving_default": translator.translate, "translate_ids": translator.translate_ids,
-            "translate_nbest": translator.translate_nbest,
-            "translate_prefix": translator.translate_prefix,
-            "translate_sample": translator.translate_sample, "score": translator.score,
-            "align": translator.align, "translate_aligned": translator.translate_aligned,
-            "translate_terms": translator.translate_terms})
+            name: getattr(translator, signature.method)
+            for name, signature in SIGNATURES.items()})
         extra = temporary / "assets.extra"
         extra.mkdir()
         write_warmup(extra / WARMUP_FILE, translator, warmup_text, model_name)
@@ -86,28 +75,16 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
 
 def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
                  model_name: str) -> None:
-    """TF Serving's warm-up file: PredictionLog records for every signature (and with XLA,
-    one source of each width the compiled search pads to)."""
+    """TF Serving's warm-up file: PredictionLog records for every signature of SIGNATURES, in
+    its order, one of the first line and one of all `texts` (and with XLA, one source of each
+    width the compiled search pads to)."""
     from tensorflow_serving.apis import prediction_log_pb2
 
     batches = [np.array(texts[:1], object), np.array(texts, object)]
-    requests = [predict_request(model_name, {"text": batch}, signature)
-                for batch in batches
-                for signature in ("serving_default", "translate_nbest", "translate_aligned")]
-    requests += [predict_request(model_name, {"text": batch, "prefix": np.full_like(batch, "")},
-                                 "translate_prefix") for batch in batches]
-    requests += [predict_request(model_name, {"text": batch, "target": batch}, signature)
-                 for batch in batches for signature in ("score", "align")]
-    requests += [predict_request(model_name, {"text": batch, "terms": batch[:, None]},
-                                 "translate_terms") for batch in batches]
-    requests += [predict_request(model_name, {
-        "text": batch, "top_k": np.zeros(len(batch), np.int32),
-        "top_p": np.ones(len(batch), np.float32), "temperature": np.ones(len(batch), np.float32),
-        "seed": np.arange(len(batch), dtype=np.int64)}, "translate_sample") for batch in batches]
-    requests += [predict_request(model_name, {"source_ids": encode_text(
-        tf.constant(batch), translator.spm_model_proto,
-                                        translator.settings.max_source_length)},
-        "translate_ids") for batch in batches]
+    encoded = [translator.encode(tf.constant(batch)).numpy() for batch in batches]
+    requests = [predict_request(model_name, signature.warmup(batch, source_ids), name)
+                for name, signature in SIGNATURES.items()
+                for batch, source_ids in zip(batches, encoded)]
     if translator.xla_max_batch:  # one source of each padded width: XLA compiles each once
         requests += [predict_request(model_name, {"source_ids": ids}, "translate_ids")
                      for ids in bucket_sources(translator.settings.max_source_length)]
@@ -194,7 +171,7 @@ class SavedModelTranslator:
     @property
     def translate_terms(self):
         """The `translate_terms` signature: (text=, terms=) -> as `Translator.translate_terms`
-        (`export.signature_outputs.termed_in_batches` calls it)."""
+        (`export.translator.terms.termed_in_batches` calls it)."""
         return self._signature("translate_terms")
 
     def check_output(self, signature: str, output: str) -> None:

@@ -30,7 +30,7 @@ class PairScore:
 
 def gnmt_score(log_prob: float, length: int, alpha: float) -> float:
     """`log_prob` of `length` tokens (EOS included) / ((5 + length) / 6) ** alpha, as
-    `keras_transformer.decoding.length_penalty`."""
+    `keras_transformer.search_primitives.length_penalty`."""
     return log_prob / ((5.0 + length) / 6.0) ** alpha
 
 

@@ -11,10 +11,10 @@ from keras_transformer.tokenizer import PAD_ID, Tokenizer
 GUARD_LINE = "."
 
 
-def encode_text(text: tf.Tensor, model_proto: bytes, max_length: int) -> tf.Tensor:
+def encode_text(text: tf.Tensor, model_proto: bytes, max_source_length: int) -> tf.Tensor:
     """Strings [batch] -> source ids int32 [batch, time]: the pieces of each line, whitespace
-    runs read as one space, cut to `max_length - 1` pieces, then EOS, then PAD (a blank line:
-    EOS alone)."""
+    runs read as one space, cut to `max_source_length` tokens with the EOS (the source cut of
+    `DecodingSettings.max_source_pieces`), then PAD (a blank line: EOS alone)."""
     guarded = tf.concat([[GUARD_LINE], text], axis=0)  # [1 + batch]
-    ids = Tokenizer(model_proto).tokenize(guarded, add_eos=True, max_length=max_length)
+    ids = Tokenizer(model_proto).tokenize(guarded, add_eos=True, max_length=max_source_length)
     return ids.to_tensor(PAD_ID)[1:]  # [batch, time]

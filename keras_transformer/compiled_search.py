@@ -61,8 +61,8 @@ def decode_hypotheses_compiled(model: Transformer, source_ids: tf.Tensor,
     """`decode_hypotheses` (the same n-best lists), through `search` (`compiled_search`)
     for batches of 1 to `xla_max_batch` sources, else by `graph_search` (default:
     `decode_hypotheses`, the graph's retiring beam search)."""
-    source_ids = tf.cast(source_ids, tf.int32)[:, :settings.source_limit(
-        model.model_config.max_length)]  # [batch, source]
+    source_ids = settings.cut_source_ids(tf.cast(source_ids, tf.int32),
+                                         model.model_config.max_length)  # [batch, source]
     batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
 
     def compiled() -> tuple[tf.Tensor, tf.Tensor]:

@@ -42,9 +42,11 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import DEFAULTS, NEG_INF, length_penalty
-from keras_transformer.decoding_settings import STOP_RULES
-from keras_transformer.greedy import Cache, SymbolsToLogitsFn, cache_invariants, log_probs_step
+from keras_transformer.search_primitives import (DEFAULTS, NEG_INF, Cache, SymbolsToLogitsFn,
+                                                 best_hypotheses, cache_invariants,
+                                                 check_stop_rule, length_penalty,
+                                                 log_probs_step, reorder_cache,
+                                                 sentences_done, start_beams)
 from keras_transformer.terms import matched_after, prefix_overlaps, term_lengths
 from keras_transformer.top_k import beam_top_k
 
@@ -91,25 +93,24 @@ def constrained_beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cac
         ids int32 [batch, beam, time] (no BOS, `pad_id` after EOS) and their length-penalised
         scores float32 [batch, beam], best first.
     """
-    if stop not in STOP_RULES:
-        raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}; got {stop!r}")
+    check_stop_rule(stop)
     max_lengths = tf.cast(max_decode_lengths, tf.int32)  # [batch]
     terms = tf.pad(tf.cast(terms, tf.int32), [[0, 0], [0, 0], [0, 1]],
                    constant_values=pad_id)  # [batch, terms, pieces + 1]: a PAD column at least
     lengths = term_lengths(terms, pad_id)  # [batch, terms]
     overlaps = prefix_overlaps(terms)  # bool [batch, terms, pieces + 1, pieces + 1]
     batch = tf.shape(max_lengths)[0]
-    first_beam_only = tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)])  # [1, beam]
+    alive_log_probs, finished_scores, cache = start_beams(initial_cache, batch, beam_size)
     state = ConstrainedState(
         step=tf.constant(0),
         alive_seq=tf.fill([batch, beam_size, 1], bos_id),
-        alive_log_probs=tf.tile(first_beam_only, [batch, 1]),
+        alive_log_probs=alive_log_probs,
         progress=tf.zeros([batch, beam_size, tf.shape(terms)[1]], tf.int32),
         finished_seq=tf.fill([batch, beam_size, 1], pad_id),
-        finished_scores=tf.fill([batch, beam_size], NEG_INF),
+        finished_scores=finished_scores,
         done=tf.zeros([batch], tf.bool),
-        cache=tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), initial_cache))
-    state = state._replace(done=_stopped(state, max_lengths, alpha, stop))
+        cache=cache)
+    state = state._replace(done=sentences_done(state, max_lengths, alpha, stop))
     beams, seqs = tf.TensorShape([None, beam_size]), tf.TensorShape([None, beam_size, None])
     invariants = ConstrainedState(tf.TensorShape([]), seqs, beams, seqs, seqs, beams,
                                   tf.TensorShape([None]), cache_invariants(initial_cache))
@@ -119,28 +120,15 @@ def constrained_beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cac
                         word_end, beam_size=beam_size, eos_id=eos_id, alpha=alpha,
                         pad_id=pad_id)
         stepped = _keep_done(stepped, state, pad_id)
-        return (stepped._replace(done=state.done | _stopped(stepped, max_lengths, alpha,
-                                                            stop)),)
+        return (stepped._replace(done=state.done | sentences_done(stepped, max_lengths, alpha,
+                                                                  stop)),)
 
     (state,) = tf.while_loop(lambda state: ~tf.reduce_all(state.done), step, (state,),
                              shape_invariants=(invariants,))
-    has_finished = state.finished_scores[:, 0] > NEG_INF / 2  # [batch]
-    alive_scores = state.alive_log_probs / length_penalty(
-        tf.minimum(state.step, max_lengths), alpha)[:, None]  # [batch, beam]
-    seq = tf.where(has_finished[:, None, None], state.finished_seq, state.alive_seq)
-    return seq[:, :, 1:], tf.where(has_finished[:, None], state.finished_scores, alive_scores)
-
-
-def _stopped(state: ConstrainedState, max_lengths: tf.Tensor, alpha: float,
-             stop: str) -> tf.Tensor:
-    """bool [batch]: at the maximum length, or the finished set full ("full") and, with
-    "bound", no alive hypothesis able to beat its worst."""
-    worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [batch]
-    at_limit = state.step >= max_lengths
-    if stop == "full":
-        return at_limit | (worst_finished > NEG_INF / 2)
-    best_alive = tf.reduce_max(state.alive_log_probs, axis=1)  # [batch]: any bank
-    return at_limit | (worst_finished > best_alive / length_penalty(max_lengths, alpha))
+    seq, scores = best_hypotheses(state.alive_seq, state.alive_log_probs, state.finished_seq,
+                                  state.finished_scores, tf.minimum(state.step, max_lengths),
+                                  alpha)  # [batch, beam, time + 1], [batch, beam]
+    return seq[:, :, 1:], scores
 
 
 def _keep_done(stepped: ConstrainedState, state: ConstrainedState,
@@ -219,9 +207,7 @@ def _step(state: ConstrainedState, symbols_to_logits_fn: SymbolsToLogitsFn,
         finished_seq=finished_seq,
         finished_scores=finished_scores,
         done=state.done,
-        cache=tf.nest.map_structure(
-            lambda new, old: new if new is old else tf.gather(new, cache_rows),
-            cache, state.cache))
+        cache=reorder_cache(cache, state.cache, cache_rows))
 
 
 def _candidates(state: ConstrainedState, log_probs: tf.Tensor,

@@ -1,18 +1,6 @@
-"""Beam search in the graph (tf.while_loop), independent of the model (greedy search, its
-reference: keras_transformer.greedy).
-
-The model is reached only through a scoring function::
-
-    fn(ids, step, cache) -> (logits, new_cache)
-      ids:    int32 [n, step + 1], the decoded prefix starting with BOS (a model reads ids[:, -1])
-      step:   int32 scalar, the position of the last token of `ids` (0 for BOS)
-      cache:  nested dict of tensors with leading dimension n; a tensor may grow along any
-              axis from step to step (self-attention keys/values grown with tf.concat)
-      logits: float [n, vocab] for the next token (any float dtype; scored in float32)
-
-n is batch * beam (batch-major: row b * beam + k); the batch for greedy search.
-`initial_cache` always has leading dimension batch; beam search tiles it.
-`keras_transformer.translate.decode_sources` runs them over a Transformer.
+"""Beam search in the graph (tf.while_loop) over a scoring function, independent of the model
+(its types, stop rules and length penalty: `keras_transformer.search_primitives`; a
+Transformer's scoring function: `keras_transformer.translate`).
 
     beam_search(fn, initial_cache, max_decode_lengths, *, beam_size, bos_id, eos_id,
                 alpha=0.6, pad_id=0, stop="full")
@@ -21,55 +9,40 @@ n is batch * beam (batch-major: row b * beam + k); the batch for greedy search.
 `max_decode_lengths` int32 [batch] bounds each sentence's output length; a hypothesis that
 reaches it is finished without EOS. Returned ids exclude BOS, include EOS where the
 hypothesis ended with it and are padded with `pad_id` after it; `time` is the number of steps
-the loop ran. Beam scores are summed
-log-probabilities divided by the GNMT length penalty ((5 + length) / 6) ** alpha, length
-counting the generated tokens including EOS (`length_penalty`).
+the loop ran. Beam scores are summed log-probabilities divided by the GNMT length penalty
+((5 + length) / 6) ** alpha, length counting the generated tokens including EOS.
 
-Beam search keeps tensor2tensor's alive and finished sets of `beam_size` hypotheses, both fed
-from the 2 * beam_size best extensions of the alive set; as in fairseq, a hypothesis is
-finished only from among the beam_size best extensions. Beam size 1 is greedy search (as in
-tensor2tensor and OpenNMT), its score length-penalised like a beam's. A sentence stops when it
-reaches its maximum length, or by the `stop` rule: "full" (fairseq's, the default) when its
-finished set is full; "bound" (tensor2tensor's) when, moreover, its best alive
-log-probability divided by the penalty at its maximum length (a bound on anything the alive
-set can still reach for alpha >= 0) cannot beat its worst finished score, which no later
-step could then change (on the demo model "bound" decoded 1.3-1.6x slower at batch 32, for a
-BLEU within 0.01: README, "Decoding speed"). A sentence that stops leaves the search: an
-inner loop steps the active sentences until one is done, then its final beams
-are written into the output and every tensor of the others (the cache too) is gathered to
-the rows that remain, so a long sentence no longer keeps its batch's finished ones computing;
-an outer loop repeats this until no sentence is active. With stop "bound", beam search is
-exact when beam_size covers every extension at every step.
-A finished slot that was never filled holds score NEG_INF; a sentence whose finished set is
-empty (a maximum length of 0) returns its alive hypotheses.
+As tensor2tensor, the alive and finished sets of `beam_size` hypotheses are both fed from the
+2 * beam_size best extensions of the alive set; as in fairseq, a hypothesis is finished only
+from among the beam_size best extensions. Beam size 1 is greedy search
+(`keras_transformer.greedy`, as in tensor2tensor and OpenNMT), its score length-penalised like
+a beam's. A sentence that stops (`search_primitives.sentences_done`) leaves the search: an
+inner loop steps the active sentences until one is done, then its final beams are written
+into the output and every tensor of the others (the cache too) is gathered to the rows that
+remain; an outer loop repeats this until no sentence is active. With stop "bound", beam
+search is exact when beam_size covers every extension at every step.
 
-Graph ops: While (nested in beam search), TopKV2 on float32 (and on int32: the chunked TopK of
-`keras_transformer.top_k` orders its chunks), GatherV2 on flat batch * beam
-indices, ConcatV2, Tile, Reshape, Pad, SelectV2, Where and TensorScatterUpdate (retiring
-sentences), LogSoftmax, Pow and reductions; no TensorArray, no gather_nd,
-no batch_dims. Every loop variable but the step has unknown dimensions except
-beam, so the cache may grow and batch and source length may be unknown. A cache tensor that
-the scoring function returns unchanged (the same tensor object: encoder-decoder keys/values,
-the memory mask) keeps the tiled value of every beam of its sentence, so reordering beams
-cannot change it and it is not gathered (about 10% of a step at batch 32); every other cache
-tensor is reordered with one tf.gather per step. Cache tensors never pass through a Reshape
-(ONNX reads a 0 in a runtime shape as "keep the input's dimension", which breaks on an empty
-cache at time 0).
+Its graph converts to ONNX: no TensorArray, no gather_nd, no batch_dims, and no cache tensor
+passes through a Reshape (the op inventory and the reasons: docs/decoding-speed.md, "Beam
+search in the graph").
+
+Example:
+    ids, scores = beam_search(fn, cache, max_lengths, beam_size=4, bos_id=BOS_ID,
+                              eos_id=EOS_ID)  # [batch, 4, time], [batch, 4]
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding_settings import STOP_RULES, DecodingSettings
-from keras_transformer.greedy import (Cache, SymbolsToLogitsFn, cache_invariants, greedy_search,
-                                      log_probs_step)
+from keras_transformer.greedy import greedy_search
+from keras_transformer.search_primitives import (DEFAULTS, NEG_INF, Cache, SymbolsToLogitsFn,
+                                                 best_hypotheses, cache_invariants,
+                                                 check_stop_rule, length_penalty,
+                                                 log_probs_step, reorder_cache,
+                                                 sentences_done, start_beams)
 from keras_transformer.top_k import beam_top_k
-
-
-NEG_INF = -1e9  # the score of an impossible hypothesis: finite, so no NaN from inf - inf
-DEFAULTS = DecodingSettings()  # alpha and the stop rule, unless given
 
 
 class BeamState(NamedTuple):
@@ -91,11 +64,6 @@ class SearchState(NamedTuple):
     output_scores: tf.Tensor  # float32 [batch, beam]
 
 
-def length_penalty(length: tf.Tensor | int, alpha: float) -> tf.Tensor:
-    """GNMT's ((5 + length) / 6) ** alpha (Wu et al., 2016), float32 of `length`'s shape."""
-    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
-
-
 def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
                 max_decode_lengths: tf.Tensor, *, beam_size: int, bos_id: int, eos_id: int,
                 alpha: float = DEFAULTS.alpha, pad_id: int = 0,
@@ -109,14 +77,13 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
         beam_size: hypotheses kept per sentence (a Python int).
         bos_id, eos_id, pad_id: the start, end and padding ids.
         alpha: the length penalty exponent, >= 0 (0: plain log-probabilities).
-        stop: when a sentence's search ends, one of STOP_RULES (module docstring).
+        stop: when a sentence's search ends, one of STOP_RULES (`search_primitives`).
 
     Returns:
         ids int32 [batch, beam, time] (no BOS, `pad_id` after EOS) and their length-penalised
         scores float32 [batch, beam], best first.
     """
-    if stop not in STOP_RULES:
-        raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}; got {stop!r}")
+    check_stop_rule(stop)
     max_lengths = tf.cast(max_decode_lengths, tf.int32)  # [batch]
     if beam_size == 1:  # as in tensor2tensor and OpenNMT: beam 1 is greedy search
         ids, log_probs = greedy_search(symbols_to_logits_fn, initial_cache, max_lengths,
@@ -124,14 +91,14 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
         lengths = _output_lengths(ids, max_lengths, eos_id)  # [batch]
         return ids[:, None], (log_probs / length_penalty(lengths, alpha))[:, None]
     batch = tf.shape(max_lengths)[0]
-    first_beam_only = tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)])  # [1, beam]
+    alive_log_probs, finished_scores, cache = start_beams(initial_cache, batch, beam_size)
     beams = BeamState(
         step=tf.constant(0),
         alive_seq=tf.fill([batch, beam_size, 1], bos_id),
-        alive_log_probs=tf.tile(first_beam_only, [batch, 1]),
+        alive_log_probs=alive_log_probs,
         finished_seq=tf.fill([batch, beam_size, 1], pad_id),
-        finished_scores=tf.fill([batch, beam_size], NEG_INF),
-        cache=tf.nest.map_structure(lambda t: _tile_beams(t, beam_size), initial_cache))
+        finished_scores=finished_scores,
+        cache=cache)
     state = _retire(SearchState(beams=beams, sentence=tf.range(batch), max_lengths=max_lengths,
                                 output_seq=tf.fill([batch, beam_size, 1], pad_id),
                                 output_scores=tf.zeros([batch, beam_size])),
@@ -145,7 +112,7 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
 
     def steps_until_one_is_done(state: SearchState) -> tuple[SearchState]:
         def none_done(beams: BeamState) -> tf.Tensor:
-            return ~tf.reduce_any(beam_done(beams, state.max_lengths, alpha, stop))
+            return ~tf.reduce_any(sentences_done(beams, state.max_lengths, alpha, stop))
 
         def step(beams: BeamState) -> tuple[BeamState]:
             return (_beam_step(beams, symbols_to_logits_fn, state.max_lengths,
@@ -166,12 +133,10 @@ def _retire(state: SearchState, *, beam_size: int, alpha: float, pad_id: int,
     """Writes the final beams of the sentences that are done into the output and drops them
     from the search: every tensor of the active sentences (their cache too) is gathered."""
     beams = state.beams
-    done = beam_done(beams, state.max_lengths, alpha, stop)  # [active]
-    has_finished = beams.finished_scores[:, 0] > NEG_INF / 2  # [active]
-    alive_scores = beams.alive_log_probs / length_penalty(beams.step, alpha)  # [active, beam]
-    seq = tf.where(has_finished[:, None, None], beams.finished_seq,
-                   beams.alive_seq)  # [active, beam, step + 1]
-    scores = tf.where(has_finished[:, None], beams.finished_scores, alive_scores)
+    done = sentences_done(beams, state.max_lengths, alpha, stop)  # [active]
+    seq, scores = best_hypotheses(  # [active, beam, step + 1], [active, beam]
+        beams.alive_seq, beams.alive_log_probs, beams.finished_seq, beams.finished_scores,
+        tf.minimum(beams.step, state.max_lengths), alpha)
     width = tf.shape(seq)[2] - tf.shape(state.output_seq)[2]
     output_seq = tf.pad(state.output_seq, [[0, 0], [0, 0], [0, width]],
                         constant_values=pad_id)  # [batch, beam, step + 1]
@@ -203,19 +168,6 @@ def _output_lengths(ids: tf.Tensor, max_lengths: tf.Tensor, eos_id: int) -> tf.T
     first_eos = tf.argmax(tf.cast(tf.equal(ended, eos_id), tf.int32), axis=1,
                           output_type=tf.int32) + 1  # [batch], time + 1 without EOS
     return tf.minimum(first_eos, max_lengths)
-
-
-def beam_done(state: BeamState | Any, max_lengths: tf.Tensor, alpha: float,
-              stop: str) -> tf.Tensor:
-    """bool [batch]: the sentence reached its maximum length, or its finished set is full and,
-    with stop "bound", no alive hypothesis can still beat the worst finished one
-    (tensor2tensor's bound). `state`: a BeamState, or any state with its step,
-    alive_log_probs and finished_scores (`keras_transformer.static_search`)."""
-    worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [batch], NEG_INF if any empty
-    if stop == "full":
-        return (state.step >= max_lengths) | (worst_finished > NEG_INF / 2)
-    best_alive = state.alive_log_probs[:, 0] / length_penalty(max_lengths, alpha)  # [batch]
-    return (state.step >= max_lengths) | (worst_finished > best_alive)
 
 
 def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
@@ -258,16 +210,7 @@ def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
         alive_log_probs=alive_log_probs,
         finished_seq=finished_seq,
         finished_scores=finished_scores,
-        cache=tf.nest.map_structure(
-            lambda new, old: new if new is old else tf.gather(new, cache_index),
-            cache, state.cache))
-
-
-def _tile_beams(tensor: tf.Tensor, beam_size: int) -> tf.Tensor:
-    """[batch, ...] -> [batch * beam, ...], each row repeated beam_size times in place (a
-    gather, not tile + reshape, so that an empty cache tensor converts to ONNX)."""
-    rows = tf.range(tf.shape(tensor)[0] * beam_size) // beam_size  # [batch * beam]
-    return tf.gather(tensor, rows)
+        cache=reorder_cache(cache, state.cache, cache_index))
 
 
 def _flat_index(index: tf.Tensor, width: int | tf.Tensor) -> tf.Tensor:

@@ -1,15 +1,19 @@
 """How a Transformer decodes, in one typed place: the paper's beam search (section 6.1: beam 4,
 alpha 0.6, at most source length + 50 output tokens) and its limits.
 
-Its defaults, its validation and the output-length rule are written here once. The pipeline
-config's `evaluate` section builds it, the Translator takes it, every export records it
-(`to_dict`, in translator.json) and every runtime reads it back (`from_dict`). No TensorFlow
-at import, so that `translate --runtime onnx` and `--runtime ct2` read it without TensorFlow.
+Its defaults, its validation, the source cut (`max_source_pieces`, `source_length`,
+`cut_source_ids`: max_source_length tokens, EOS included) and the output-length rule are
+written here once. The pipeline config's `evaluate` section builds it, the Translator takes it,
+every export records it (`to_dict`, in translator.json) and every runtime reads it back
+(`from_dict`). No TensorFlow at import, so that `translate --runtime onnx` and `--runtime ct2`
+read it without TensorFlow.
 
 Example:
     >>> settings = DecodingSettings(beam_size=5)
     >>> settings.output_limit(12, max_length=256)
     62
+    >>> settings.for_model(256).max_source_pieces  # a line's pieces read, then EOS
+    255
     >>> DecodingSettings.from_dict(settings.to_dict()) == settings
     True
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-STOP_RULES = ("full", "bound")  # when a sentence's beam search ends (keras_transformer.decoding)
+STOP_RULES = ("full", "bound")  # when a sentence's beam search ends (search_primitives)
 
 
 def max_target_pieces(model_max_length: int) -> int:
@@ -74,6 +78,24 @@ class DecodingSettings:
     def source_limit(self, model_max_length: int) -> int:
         """Source tokens kept, EOS included: max_source_length, at most the model's."""
         return min(self.max_source_length or model_max_length, model_max_length)
+
+    @property
+    def max_source_pieces(self) -> int:
+        """The source cut: the most pieces of a line that are read, then its EOS
+        (max_source_length - 1), for settings resolved against a model (`for_model`: the
+        Translator's and every export's). Every runtime cuts its sources so, as the graphs'
+        tokenizer does (`Tokenizer.tokenize(add_eos=True, max_length=max_source_length)`)."""
+        return self.max_source_length - 1
+
+    def source_length(self, pieces: int) -> int:
+        """The tokens read of a line of `pieces` pieces: at most max_source_pieces of them,
+        then EOS."""
+        return min(pieces, self.max_source_pieces) + 1
+
+    def cut_source_ids(self, source_ids: Any, model_max_length: int) -> Any:
+        """Source ids [batch, time] (pieces, EOS, then PAD; a tensor or an array) cut to
+        `source_limit` tokens."""
+        return source_ids[:, :self.source_limit(model_max_length)]
 
     def for_model(self, model_max_length: int) -> DecodingSettings:
         """These settings with max_source_length resolved against the model's max_length."""

@@ -1,6 +1,7 @@
 """Greedy search in the graph (tf.while_loop), with the scoring function of
-keras_transformer.decoding (fn(ids, step, cache) -> (logits, cache)): the most likely token at
-each step. Beam search with beam size 1 runs it (its score then length-penalised).
+`keras_transformer.search_primitives` (fn(ids, step, cache) -> (logits, cache)): the most
+likely token at each step, or the one a `pick` function draws (`keras_transformer.sampling`).
+Beam search with beam size 1 runs it (its score then length-penalised).
 
     greedy_search(fn, initial_cache, max_decode_lengths, *, bos_id, eos_id, pad_id=0,
                   pick=None)
@@ -8,12 +9,13 @@ each step. Beam search with beam size 1 runs it (its score then length-penalised
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-Cache = dict[str, Any]
-SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
+from keras_transformer.search_primitives import (Cache, SymbolsToLogitsFn, cache_invariants,
+                                                 log_probs_step)
+
 PickFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]  # (log_probs, step) -> tokens
 
 
@@ -76,14 +78,3 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
                              shape_invariants=(invariants,))
     return state.seq[:, 1:], state.log_probs
 
-
-def log_probs_step(symbols_to_logits_fn: SymbolsToLogitsFn, ids: tf.Tensor, step: tf.Tensor,
-               cache: Cache) -> tuple[tf.Tensor, Cache]:
-    """float32 log-softmax [n, vocab] of the next token, and the new cache."""
-    logits, cache = symbols_to_logits_fn(ids, step, cache)
-    return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), cache
-
-
-def cache_invariants(cache: Cache) -> Any:
-    """Shape invariants that leave every dimension free and keep each tensor's rank."""
-    return tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), cache)

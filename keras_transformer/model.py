@@ -1,16 +1,13 @@
 """The encoder-decoder Transformer (section 3, figure 1)."""
 from __future__ import annotations
 
-from typing import Any
-
 import keras
 import tensorflow as tf
 
 from keras_transformer.config import ModelConfig
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
                                       SharedEmbedding, SinusoidalPositionalEncoding)
-
-Cache = dict[str, Any]
+from keras_transformer.search_primitives import Cache
 
 
 def padding_mask(ids: tf.Tensor, pad_id: int) -> tf.Tensor:

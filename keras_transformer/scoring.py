@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import length_penalty
+from keras_transformer.search_primitives import length_penalty
 from keras_transformer.decoding_settings import DecodingSettings, max_target_pieces
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -56,7 +56,7 @@ def score_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tens
         settings: its max_source_length cuts the sources, its alpha makes the score.
     """
     max_length = model.model_config.max_length
-    source_ids = tf.cast(source_ids, tf.int32)[:, :settings.source_limit(max_length)]
+    source_ids = settings.cut_source_ids(tf.cast(source_ids, tf.int32), max_length)
     target_ids = tf.cast(target_ids, tf.int32)
     length = target_lengths(target_ids, max_length)  # [batch]
     labels = tf.pad(target_ids, [[0, 0], [0, 1]])  # [batch, time + 1]

@@ -2,7 +2,7 @@
 (`keras_transformer.compiled_search` runs it under `jit_compile`).
 
 The search of `keras_transformer.decoding.beam_search` (the same candidates, finished and alive
-sets, stop rules, length penalty and outputs), but every tensor keeps its shape: sequences
+sets, stop rules, length penalty and outputs: `keras_transformer.search_primitives`), but every tensor keeps its shape: sequences
 live in buffers of `length` positions written at the step's position, the scoring function
 gets a fixed-size cache (`Transformer.decode_step(..., fixed=True)`), and a sentence that is
 done stays in the batch, frozen, until every sentence is (no retiring: where finished
@@ -24,9 +24,9 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import DEFAULTS, NEG_INF, beam_done, length_penalty
-from keras_transformer.decoding_settings import STOP_RULES
-from keras_transformer.greedy import Cache
+from keras_transformer.search_primitives import (DEFAULTS, NEG_INF, Cache, best_hypotheses,
+                                                 check_stop_rule, length_penalty, log_probs_step,
+                                                 reorder_cache, sentences_done, start_beams)
 from keras_transformer.top_k import beam_top_k
 
 LastTokenFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
@@ -50,26 +50,24 @@ def static_beam_search(symbols_to_logits_fn: LastTokenFn, initial_cache: Cache,
                        ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Beam search over fixed shapes: as `beam_search` (beam 1 included), within `length`
     output positions (max_decode_lengths are cut to it)."""
-    if stop not in STOP_RULES:
-        raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}; got {stop!r}")
+    check_stop_rule(stop)
     max_lengths = tf.minimum(tf.cast(max_decode_lengths, tf.int32), length)  # [batch]
     batch = tf.shape(max_lengths)[0]
-    rows = tf.range(batch * beam_size) // beam_size  # [batch * beam]: each row's sentence
-    first_beam_only = tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)])  # [1, beam]
+    alive_log_probs, finished_scores, cache = start_beams(initial_cache, batch, beam_size)
     state = StaticBeams(
         step=tf.constant(0),
         last_ids=tf.fill([batch * beam_size], bos_id),
         alive_seq=tf.fill([batch, beam_size, length], pad_id),
-        alive_log_probs=tf.tile(first_beam_only, [batch, 1]),
+        alive_log_probs=alive_log_probs,
         finished_seq=tf.fill([batch, beam_size, length], pad_id),
-        finished_scores=tf.fill([batch, beam_size], NEG_INF),
+        finished_scores=finished_scores,
         done=max_lengths <= 0,
-        cache=tf.nest.map_structure(lambda t: tf.gather(t, rows), initial_cache))
+        cache=cache)
     positions = tf.range(length)  # [length]
 
     def step(beams: StaticBeams) -> tuple[StaticBeams]:
-        logits, cache = symbols_to_logits_fn(beams.last_ids, beams.step, beams.cache)
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # [n, vocab]
+        log_probs, cache = log_probs_step(symbols_to_logits_fn, beams.last_ids, beams.step,
+                                          beams.cache)  # [n, vocab]
         vocab = tf.shape(log_probs)[1]
         log_probs = tf.reshape(log_probs, [batch, beam_size, vocab])
         log_probs += beams.alive_log_probs[:, :, None]  # [batch, beam, vocab]
@@ -106,16 +104,14 @@ def static_beam_search(symbols_to_logits_fn: LastTokenFn, initial_cache: Cache,
             finished_seq=tf.where(frozen[:, None, None], beams.finished_seq, finished_seq),
             finished_scores=tf.where(frozen[:, None], beams.finished_scores, finished_scores),
             done=frozen,
-            cache=tf.nest.map_structure(
-                lambda new, old: new if new is old else tf.gather(new, cache_index),
-                cache, beams.cache))
-        return (updated._replace(done=frozen | beam_done(updated, max_lengths, alpha, stop)),)
+            cache=reorder_cache(cache, beams.cache, cache_index))
+        return (updated._replace(done=frozen | sentences_done(updated, max_lengths, alpha,
+                                                              stop)),)
 
     (state,) = tf.while_loop(lambda beams: ~tf.reduce_all(beams.done), step, (state,),
                              maximum_iterations=length)
-    has_finished = state.finished_scores[:, 0] > NEG_INF / 2  # [batch]
-    seq = tf.where(has_finished[:, None, None], state.finished_seq, state.alive_seq)
-    alive_scores = state.alive_log_probs / length_penalty(
-        tf.minimum(state.step, max_lengths), alpha)[:, None]  # only for a length-0 sentence
-    return seq, tf.where(has_finished[:, None], state.finished_scores, alive_scores), state.step
+    seq, scores = best_hypotheses(  # alive ones only for a length-0 sentence
+        state.alive_seq, state.alive_log_probs, state.finished_seq, state.finished_scores,
+        tf.minimum(state.step, max_lengths), alpha)
+    return seq, scores, state.step
 

@@ -2,9 +2,8 @@
 
     values, indices = chunked_top_k(scores [batch, n], k)  # as tf.math.top_k(scores, k)
 
-TensorFlow's CPU TopK keeps a heap per row and compares every element: over beam 4 x 8,000
-pieces at batch 32 it was the largest op of a decoding step after the output projection
-(docs/decoding-speed.md). Here each row is cut into chunks of CHUNK elements; one vectorized
+TensorFlow's CPU TopK keeps a heap per row and compares every element, a large share of a
+decoding step over beam x vocab candidates (docs/decoding-speed.md). Here each row is cut into chunks of CHUNK elements; one vectorized
 max per chunk, the k chunks of largest maximum, then TopK over those k * CHUNK elements only.
 An element among the k largest lies in one of those chunks (k chunk maxima at least as large
 would otherwise rank it k + 1-th or lower), so the result is TopK's, ties included: the chosen
@@ -13,7 +12,7 @@ both passes.
 
 Beam search calls `beam_top_k`: the chunked form, or TopK itself in graphs traced within
 `plain_top_k()` (export/onnx.py: ONNX Runtime's TopK is fast, and the chunked form's extra
-nodes made model.onnx 3.5% slower at batch 32).
+nodes slow model.onnx down: docs/decoding-speed.md).
 """
 from __future__ import annotations
 

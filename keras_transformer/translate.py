@@ -15,13 +15,19 @@
 (`keras_transformer.decoding_settings.DecodingSettings`: beam 4, alpha 0.6 by default; GREEDY
 for greedy search) set the search and its limits, so that any input gives a defined output:
 * a source is cut to `settings.max_source_length` tokens (default and at most the model's
-  max_length);
+  max_length: `DecodingSettings.cut_source_ids`);
 * a translation has at most `settings.output_limit(source length, model max_length)` tokens:
   source length + extra_length (the paper's limit), at most the model's positions;
 * a source with no piece (only PAD and EOS) translates to nothing (all PAD) with score 0.
 
-Every caller decodes through `decode_sources`: the exported Translator, dev BLEU during training,
-the attention maps of `visualize` and the tests' Keras-level reference.
+Every decoding of a Transformer starts at `encode_for_search`, which applies these limits
+once: `decode_sources` (dev BLEU during training, the attention maps of `visualize`, the tests'
+Keras-level reference), `decode_hypotheses` (the exported Translator's searches, through
+`keras_transformer.parallel_search` when asked), `sample_sources`, `decode_with_terms` and the
+XLA search of `keras_transformer.compiled_search`.
+
+Example:
+    target_ids, score = decode_sources(model, source_ids, DecodingSettings(beam_size=4))
 """
 from __future__ import annotations
 
@@ -30,8 +36,9 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer.constrained_search import constrained_beam_search
-from keras_transformer.decoding import beam_search, length_penalty
+from keras_transformer.decoding import beam_search
 from keras_transformer.greedy import greedy_search
+from keras_transformer.search_primitives import length_penalty
 from keras_transformer.sampling import Sampling, sample_picker
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
@@ -129,8 +136,8 @@ def encode_for_search(model: Transformer, source_ids: tf.Tensor, settings: Decod
     whether it has no piece [batch]), sources cut to the settings' limit; `cache_length` > 0:
     fixed-size self-attention caches (`Transformer.init_cache`)."""
     max_length = model.model_config.max_length
-    source_ids = tf.cast(source_ids, tf.int32)
-    source_ids = source_ids[:, :settings.source_limit(max_length)]  # [batch, source]
+    source_ids = settings.cut_source_ids(tf.cast(source_ids, tf.int32),
+                                         max_length)  # [batch, source]
     is_real = source_ids != PAD_ID  # [batch, source]
     lengths = tf.reduce_sum(tf.cast(is_real, tf.int32), axis=1)  # [batch]
     empty = tf.reduce_all(~is_real | (source_ids == EOS_ID), axis=1)  # [batch]

@@ -37,7 +37,7 @@ def score_command(args: argparse.Namespace) -> int:
     runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
     metadata_file, spm_model = export_files(runtime, directory)
     metadata = ExportMetadata.read(metadata_file)
-    checker = PairChecker(spm_model, metadata.settings.max_source_length,
+    checker = PairChecker(spm_model, metadata.settings.max_source_pieces,
                           metadata.model.max_length)
     if args.source != "-":  # read through once: nothing is written for a bad input
         for _ in checked_pairs(args, checker):
@@ -84,13 +84,13 @@ class PairChecker:
     """Refuses a pair the model would score only cut: a source of more pieces than the export
     reads, a target of more than the model scores."""
 
-    def __init__(self, spm_model: Path, max_source_length: int, model_max_length: int) -> None:
+    def __init__(self, spm_model: Path, max_source_pieces: int, model_max_length: int) -> None:
         import sentencepiece as spm
 
         from keras_transformer.decoding_settings import max_target_pieces
 
         self.processor = spm.SentencePieceProcessor(model_file=str(spm_model))
-        self.source_limit = max_source_length - 1  # then EOS
+        self.source_limit = max_source_pieces  # then EOS
         self.target_limit = max_target_pieces(model_max_length)
 
     def check(self, source: str, target: str, where: tuple[str, str]) -> None:

@@ -99,7 +99,7 @@ def translate_command(args: argparse.Namespace) -> int:
 def _noting_cut_lines(translate: TranslateWindow, runtime: str,
                       directory: Path) -> tuple[LineNotes, TranslateWindow]:
     """`translate`, noting each line longer than the export reads (the graphs translate its
-    first max_source_length - 1 pieces) for the summary at the end."""
+    first `DecodingSettings.max_source_pieces`) for the summary at the end."""
     import sentencepiece as spm
 
     from export.lines import normalize_spaces
@@ -107,7 +107,7 @@ def _noting_cut_lines(translate: TranslateWindow, runtime: str,
     from export.metadata import ExportMetadata
 
     metadata_file, spm_model = export_files(runtime, directory)
-    limit = ExportMetadata.read(metadata_file).settings.max_source_length - 1
+    limit = ExportMetadata.read(metadata_file).settings.max_source_pieces
     processor = spm.SentencePieceProcessor(model_file=str(spm_model))
     cut = LineNotes(f"over the export's source limit (only the first {limit} pieces "
                     f"translated)")

@@ -66,7 +66,7 @@ class GlossaryTranslator:
     def termed(self, lines: list[str], first: int) -> list[TermTranslation]:
         """Each line of a window whose first line is line first + 1 translated with its
         terms; the lines whose terms did not fit or are missing said on stderr."""
-        from export.signature_outputs import termed_in_batches
+        from export.translator.terms import termed_in_batches
 
         terms = [self.glossary.target_terms(line) for line in lines]
         results = termed_in_batches(self.translator.translate_terms, lines, terms,

@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.constrained_search import constrained_beam_search
-from keras_transformer.decoding import NEG_INF, beam_search
+from keras_transformer.decoding import beam_search
+from keras_transformer.search_primitives import NEG_INF
 from keras_transformer.terms import (matched_after, prefix_overlaps, term_lengths,
                                      terms_found)
 from test_decoding import BOS, EOS, PrefixTable, make_cache

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.decoding import NEG_INF, beam_search, length_penalty
+from keras_transformer.decoding import beam_search
 from keras_transformer.greedy import greedy_search
+from keras_transformer.search_primitives import NEG_INF, length_penalty
 
 BOS, EOS = 0, 1
 ROWS = 4099  # hash buckets of a prefix (a prime)

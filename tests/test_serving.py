@@ -6,6 +6,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2
 
 from export.serving.client import parse_response, predict_request, rest_payload
+from export.translator.signatures import SIGNATURES
 from export_helpers import SENTENCES
 from keras_transformer.tokenizer import UNK_ID
 
@@ -50,6 +51,18 @@ def server(saved_model_dir) -> SessionServer:
 def translate(server: SessionServer, lines) -> tuple[list[str], list[float]]:
     return parse_response(server.predict(predict_request("tiny", {"text": np.array(lines,
                                                                                    object)})))
+
+
+def test_the_session_loader_serves_the_tables_signatures(server):
+    """The signature_defs TF Serving reads: the table's names, inputs and outputs, dtypes."""
+    served = {name for name in server.signatures if not name.startswith("__")}
+    assert served == set(SIGNATURES)
+    for name, signature in SIGNATURES.items():
+        signature_def = server.signatures[name]
+        assert {key: info.dtype for key, info in signature_def.inputs.items()} == \
+            {spec.name: spec.dtype.as_datatype_enum for spec in signature.inputs}, name
+        assert {key: info.dtype for key, info in signature_def.outputs.items()} == \
+            {output.name: output.dtype.as_datatype_enum for output in signature.outputs}, name
 
 
 def test_predict_requests_return_the_translations(server, export_translator, keras_reference):

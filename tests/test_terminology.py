@@ -170,7 +170,7 @@ def test_an_export_older_than_the_alignment_output_still_translates_terms(
     from types import SimpleNamespace
 
     from export import ExportError
-    from export.signature_outputs import termed_in_batches
+    from export.translator.terms import termed_in_batches
 
     def older_signature(**inputs):
         outputs = saved_model_translator.translate_terms(**inputs)

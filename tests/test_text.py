@@ -10,7 +10,7 @@ def test_encode_gives_pieces_then_eos_then_pad_and_cuts_long_lines(tmp_path):
     model_proto = train_spm(tmp_path)
     processor = spm.SentencePieceProcessor(model_proto=model_proto)
     lines = SENTENCES + ["", "   ", "moon\tsun \n star", "tree " * 2000]
-    ids = encode_text(tf.constant(lines), model_proto, max_length=12)
+    ids = encode_text(tf.constant(lines), model_proto, max_source_length=12)
     assert ids.dtype == tf.int32
     for line, row in zip(lines, ids.numpy()):
         pieces = processor.encode(" ".join(line.split()))[:11]

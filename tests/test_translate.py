@@ -7,7 +7,7 @@ import tensorflow as tf
 from export.translator import Translator
 from export_helpers import (BOS_ID, EOS_ID, PAD_ID, SENTENCES, make_model, output_lengths,
                             source_ids)
-from keras_transformer.decoding import length_penalty
+from keras_transformer.search_primitives import length_penalty
 from keras_transformer.greedy import greedy_search
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.translate import GREEDY, decode_sources

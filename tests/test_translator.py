@@ -1,4 +1,4 @@
-"""export/translator.py: the in-graph Translator against eager (Keras-level) beam search, and
+"""export/translator/: the in-graph Translator against eager (Keras-level) beam search, and
 its limits on bad input."""
 import numpy as np
 import sentencepiece as spm

@@ -1,0 +1,119 @@
+"""What every search of keras_transformer shares (greedy, beam, static, constrained): the
+scoring function's type, a step's log-probabilities, the GNMT length penalty, a beam search's
+start, its stop rules and its result.
+
+The model is reached only through a scoring function::
+
+    fn(ids, step, cache) -> (logits, new_cache)
+      ids:    int32 [n, step + 1], the decoded prefix starting with BOS (a model reads ids[:, -1])
+      step:   int32 scalar, the position of the last token of `ids` (0 for BOS)
+      cache:  nested dict of tensors with leading dimension n; a tensor may grow along any
+              axis from step to step (self-attention keys/values grown with tf.concat)
+      logits: float [n, vocab] for the next token (any float dtype; scored in float32)
+
+n is batch * beam (batch-major: row b * beam + k); the batch for greedy search. A search's
+`initial_cache` has leading dimension batch; `start_beams` tiles it to the beams.
+
+A beam search keeps an alive and a finished set of `beam_size` hypotheses per sentence. A
+sentence stops when it reaches its maximum length, or by the `stop` rule (`sentences_done`,
+one of `decoding_settings.STOP_RULES`): "full" (fairseq's) when its finished set is full;
+"bound" (tensor2tensor's) when, moreover, its best alive log-probability divided by the
+penalty at its maximum length (a bound on anything the alive set can still reach for alpha
+>= 0) cannot beat its worst finished score. A finished slot never filled holds NEG_INF; a
+sentence whose finished set is empty when it stops returns its alive hypotheses
+(`best_hypotheses`).
+
+Example:
+    alive_log_probs, finished_scores, cache = start_beams(initial_cache, batch, beam_size=4)
+    done = sentences_done(state, max_lengths, alpha=0.6, stop="full")  # bool [batch]
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from keras_transformer.decoding_settings import STOP_RULES, DecodingSettings
+
+Cache = dict[str, Any]
+SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
+
+NEG_INF = -1e9  # the score of an impossible hypothesis: finite, so no NaN from inf - inf
+DEFAULTS = DecodingSettings()  # alpha and the stop rule, unless given
+
+
+def check_stop_rule(stop: str) -> None:
+    """Raises ValueError unless `stop` is one of STOP_RULES."""
+    if stop not in STOP_RULES:
+        raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}; got {stop!r}")
+
+
+def length_penalty(length: tf.Tensor | int, alpha: float) -> tf.Tensor:
+    """GNMT's ((5 + length) / 6) ** alpha (Wu et al., 2016), float32 of `length`'s shape;
+    `length` counts the generated tokens, EOS included."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def log_probs_step(symbols_to_logits_fn: SymbolsToLogitsFn, ids: tf.Tensor, step: tf.Tensor,
+                   cache: Cache) -> tuple[tf.Tensor, Cache]:
+    """float32 log-softmax [n, vocab] of the next token, and the new cache."""
+    logits, cache = symbols_to_logits_fn(ids, step, cache)
+    return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), cache
+
+
+def cache_invariants(cache: Cache) -> Any:
+    """Shape invariants that leave every dimension free and keep each tensor's rank."""
+    return tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), cache)
+
+
+def start_beams(initial_cache: Cache, batch: tf.Tensor, beam_size: int
+                ) -> tuple[tf.Tensor, tf.Tensor, Cache]:
+    """A beam search's first state: (alive log-probs float32 [batch, beam]: 0 for the first
+    beam and NEG_INF for the others, so that the first step extends BOS once; finished scores
+    float32 [batch, beam], all NEG_INF (empty); the cache [batch * beam, ...], each row
+    repeated beam_size times in place)."""
+    first_beam_only = tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)])  # [1, beam]
+    alive_log_probs = tf.tile(first_beam_only, [batch, 1])  # [batch, beam]
+    finished_scores = tf.fill([batch, beam_size], NEG_INF)  # [batch, beam]
+    return alive_log_probs, finished_scores, tf.nest.map_structure(
+        lambda t: tile_beams(t, beam_size), initial_cache)
+
+
+def tile_beams(tensor: tf.Tensor, beam_size: int) -> tf.Tensor:
+    """[batch, ...] -> [batch * beam, ...], each row repeated beam_size times in place (a
+    gather, not tile + reshape, so that an empty cache tensor converts to ONNX)."""
+    rows = tf.range(tf.shape(tensor)[0] * beam_size) // beam_size  # [batch * beam]
+    return tf.gather(tensor, rows)
+
+
+def reorder_cache(cache: Cache, previous: Cache, rows: tf.Tensor) -> Cache:
+    """The cache a step returned with its rows gathered to the surviving beams (rows int32
+    [batch * beam]); a tensor the step returned unchanged (the same object: encoder-decoder
+    keys/values, the memory mask) holds every beam of its sentence alike and is kept."""
+    return tf.nest.map_structure(lambda new, old: new if new is old else tf.gather(new, rows),
+                                 cache, previous)
+
+
+def sentences_done(state: Any, max_lengths: tf.Tensor, alpha: float, stop: str) -> tf.Tensor:
+    """bool [batch]: the sentence reached its maximum length (int32 [batch]), or its finished
+    set is full and, with stop "bound", no alive hypothesis can still beat the worst finished
+    one (module docstring). `state`: any search state with its step int32 [],
+    alive_log_probs float32 [batch, beam] and finished_scores float32 [batch, beam]."""
+    worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [batch], NEG_INF if any empty
+    at_limit = state.step >= max_lengths  # [batch]
+    if stop == "full":
+        return at_limit | (worst_finished > NEG_INF / 2)
+    best_alive = tf.reduce_max(state.alive_log_probs, axis=1)  # [batch]
+    return at_limit | (worst_finished > best_alive / length_penalty(max_lengths, alpha))
+
+
+def best_hypotheses(alive_seq: tf.Tensor, alive_log_probs: tf.Tensor, finished_seq: tf.Tensor,
+                    finished_scores: tf.Tensor, lengths: tf.Tensor, alpha: float
+                    ) -> tuple[tf.Tensor, tf.Tensor]:
+    """A stopped search's result: each sentence's finished hypotheses, or its alive ones
+    (scored at `lengths` int32 [batch]) when none finished: seq int32 [batch, beam, time] and
+    scores float32 [batch, beam]."""
+    has_finished = finished_scores[:, 0] > NEG_INF / 2  # [batch]
+    alive_scores = alive_log_probs / length_penalty(lengths, alpha)[:, None]  # [batch, beam]
+    return (tf.where(has_finished[:, None, None], finished_seq, alive_seq),
+            tf.where(has_finished[:, None], finished_scores, alive_scores))

@@ -11,7 +11,7 @@ of `translate_aligned`, which `translate --alignments` calls, over a given trans
 (`pipelines.corpus.alignments`); the gold pairs come from the test split, so they are not
 in train.
 
-The gold file (bench/data/alignment_gold.en-fr.tsv, README "Alignment error rate"): a line per
+The gold file (bench/data/alignment_gold.en-fr.tsv, docs/alignments.md, "Alignment error rate"): a line per
 pair, `LINE<TAB>SURE<TAB>POSSIBLE<TAB>SOURCE<TAB>TARGET`, links `I-J` (source word I, target
 word J, whitespace words from 0); the possible links P are SURE and POSSIBLE together.
 AER = 1 - (|A & S| + |A & P|) / (|A| + |S|), summed over the set.

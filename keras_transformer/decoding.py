@@ -24,7 +24,7 @@ search is exact when beam_size covers every extension at every step.
 
 Its graph converts to ONNX: no TensorArray, no gather_nd, no batch_dims, and no cache tensor
 passes through a Reshape (the op inventory and the reasons: docs/decoding-speed.md, "Beam
-search in the graph").
+search in the graph: its ops and costs (`keras_transformer/decoding.py`)").
 
 Example:
     ids, scores = beam_search(fn, cache, max_lengths, beam_size=4, bos_id=BOS_ID,

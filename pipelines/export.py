@@ -154,7 +154,7 @@ def write_models_config(path: Path, name: str, base_path: Path) -> None:
                    if not line.startswith("#"))
     body = body.replace("{name}", name).replace("{base_path}", str(base_path.resolve()))
     with atomic_open(path, "w") as file:
-        file.write("# Written by `keras-transformer export` (README.md, Serving).\n" + body)
+        file.write('# Written by `keras-transformer export` (README.md, "Serving").\n' + body)
 
 
 def _warmup_text(paths: RunPaths) -> list[str]:

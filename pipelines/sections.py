@@ -241,7 +241,7 @@ class ExportConfig:
     emulated, slower than float32. The ONNX and CTranslate2 exports are float32 (and int8).
     `saved_model_xla_max_batch` > 0: the SavedModel beam-searches batches of up to that many
     sources in one XLA-compiled program (`keras_transformer.compiled_search`), which TF
-    Serving runs with --xla_cpu_compilation_enabled=true on CPUs (README, "Serving"); 0 (the
+    Serving runs with --xla_cpu_compilation_enabled=true on CPUs (README.md, "Serving"); 0 (the
     default) serves on a stock tensorflow_model_server. `saved_model_parallel_searches` > 1:
     the SavedModel's graph beam search runs that many searches side by side over a batch's
     rows (`keras_transformer.parallel_search`), for CPU servers run with

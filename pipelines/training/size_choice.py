@@ -7,7 +7,7 @@ machine (a traced update, then PROBE_UPDATES timed ones on other batches of the 
 largest down; the chosen one is the first whose expected target tokens in the time left reach
 TOKENS_PER_PARAMETER per parameter (so a fast machine probes one size), else the smallest.
 The rule and its threshold come from the grid of sizes x training lengths on the demo corpus
-(README, "Model size for the budget"; bench/budget_grid.py). The choice and its reason are
+(docs/recipes.md, "Model size for the budget"; bench/budget_grid.py). The choice and its reason are
 recorded in checkpoints/model_size.json before the first update, so that a resumed run,
 average, evaluate and export use the same size.
 """
@@ -28,7 +28,7 @@ from pipelines.training.strategy import chief_value, is_chief
 from pipelines.training.train_data import DatasetFn, train_dataset_fn
 from pipelines.training.trainer import Trainer
 
-# Between the grid's crossovers (README, "Model size for the budget"): on the demo corpus the
+# Between the grid's crossovers (docs/recipes.md, "Model size for the budget"): on the demo corpus the
 # small preset (3x256) scores 2.3 BLEU at 0.24 target tokens per parameter where 2x128,
 # trained for the same time, scores 7.9 at 0.95; 3x256 scores 9.5 at 0.53 where 3x192 scores
 # 16.8 at 1.19 in the same time; 3x256 scores 20.3 at 0.98 (a Zen 5's 4,000 updates). That

@@ -21,6 +21,7 @@ import dataclasses
 import fcntl
 import os
 import pickle
+import typing
 from pathlib import Path
 from typing import Callable
 
@@ -81,9 +82,40 @@ def no_slow_work(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"  # inherited by subprocesses
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:  # the cores shared out, not each worker's thread pools over all of them
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+            os.environ.setdefault(name, threads)
     import tensorflow as tf
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def saved_models_loaded_once() -> typing.Iterator[None]:
+    """`tf.saved_model.load` of a directory whose files are unchanged (names, sizes, times)
+    returns the object loaded before in this process: the CLI and fixtures load the shared
+    exports dozens of times, 2-5 s each with the first calls' graph set-up. A changed, cut
+    or removed file loads again (and fails as it would)."""
+    import tensorflow as tf
+
+    load, loaded = tf.saved_model.load, {}
+
+    def load_once(export_dir: str, *args: typing.Any, **kwargs: typing.Any) -> typing.Any:
+        if args or kwargs:  # tags or options: as asked
+            return load(export_dir, *args, **kwargs)
+        directory = Path(export_dir).resolve()
+        key = (directory, tuple(sorted(
+            (str(path.relative_to(directory)), path.stat().st_size, path.stat().st_mtime_ns)
+            for path in directory.rglob("*") if path.is_file())))
+        if key not in loaded:
+            loaded[key] = load(export_dir)
+        return loaded[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tf.saved_model, "load", load_once)
+        yield
 
 
 def shared_directory(tmp_path_factory: pytest.TempPathFactory, name: str,
@@ -205,6 +237,15 @@ def xla_export(export_translator, tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def onnx_dir(exported) -> Path:
     return exported.onnx
+
+
+@pytest.fixture(scope="session")
+def saved_model_server(saved_model_dir: Path):
+    """The exported SavedModel as TF Serving loads it (tests/test_serving.py's SessionServer:
+    the TF1 session loader, tag "serve"), once per process: tests only send it requests."""
+    from test_serving import SessionServer
+
+    return SessionServer(saved_model_dir)
 
 
 @pytest.fixture(scope="session")

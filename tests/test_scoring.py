@@ -12,7 +12,6 @@ from export_helpers import EOS_ID, PAD_ID, SENTENCES, output_lengths
 from keras_transformer.scoring import score_targets
 from pipelines.cli import main
 from test_faults import cli_error
-from test_serving import SessionServer
 
 TARGETS = ["sun moon star", "", "the river and the stone river", "fish " * 12, "été"]
 
@@ -48,7 +47,7 @@ def test_a_target_longer_than_the_model_accepts_fails_uncut(export_translator):
 
 
 def test_the_signature_the_server_onnx_and_ctranslate2_give_the_same_scores(
-        saved_model_dir, saved_model_translator, exported, export_translator):
+        saved_model_server, saved_model_translator, exported, export_translator):
     pairs = list(zip(SENTENCES[:len(TARGETS)], TARGETS))
     expected = export_translator.score_pairs(pairs)
     for scorer in (saved_model_translator, OnnxTranslator(exported.onnx),
@@ -60,7 +59,7 @@ def test_the_signature_the_server_onnx_and_ctranslate2_give_the_same_scores(
         np.testing.assert_allclose(np.concatenate([s.token_log_probs for s in scores]),
                                    np.concatenate([s.token_log_probs for s in expected]),
                                    atol=1e-4)
-    server = SessionServer(saved_model_dir)
+    server = saved_model_server
     texts, targets = (np.array(side, object) for side in zip(*pairs))
     response = server.predict(predict_request("tiny", {"text": texts, "target": targets},
                                               "score"))

@@ -44,8 +44,8 @@ class SessionServer:
 
 
 @pytest.fixture(scope="module")
-def server(saved_model_dir) -> SessionServer:
-    return SessionServer(saved_model_dir)
+def server(saved_model_server) -> SessionServer:
+    return saved_model_server
 
 
 def translate(server: SessionServer, lines) -> tuple[list[str], list[float]]:

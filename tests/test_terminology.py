@@ -45,8 +45,8 @@ def test_a_repeated_entry_is_one_entry(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def server(saved_model_dir) -> SessionServer:
-    return SessionServer(saved_model_dir)
+def server(saved_model_server) -> SessionServer:
+    return saved_model_server
 
 
 def whole_word(term: str, text: str) -> bool:

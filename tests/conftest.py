@@ -83,9 +83,10 @@ def no_slow_work(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 def pytest_configure(config: pytest.Config) -> None:
     os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"  # inherited by subprocesses
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers > 1:  # the cores shared out, not each worker's thread pools over all of them
+    if workers > 1:  # the cores shared out to the workers' kernels (inter-op threads kept:
+        # a collective between replicas waits on one while another runs)
         threads = str(max(1, (os.cpu_count() or 1) // workers))
-        for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+        for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
             os.environ.setdefault(name, threads)
     import tensorflow as tf
 

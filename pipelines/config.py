@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pipelines.training.buckets import smallest_batch_tokens
+from pipelines.training.buckets import batch_tokens_problem
 from pipelines.files import file_in_the_way
 from pipelines.sections import EvaluateConfig, ExportConfig, ModelSection, TrainConfig
 from pipelines.corpus.shards import MAX_SHARDS
@@ -122,12 +122,9 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
             raise FieldError("name", f"must be letters, digits, '.', '_' or '-', got {self.name!r}")
-        smallest = smallest_batch_tokens(self.data.max_length)
-        if self.train.batch_tokens < smallest:
-            raise FieldError("train.batch_tokens", (
-                f"must be at least {smallest} so that a pair of data.max_length "
-                f"({self.data.max_length}) tokens, padded to its length bucket, fits a batch "
-                f"(with N replicas: N x {smallest}), got {self.train.batch_tokens!r}"))
+        problem = batch_tokens_problem(self.train.batch_tokens, self.data.max_length)
+        if problem:
+            raise FieldError("train.batch_tokens", problem)
         if self.model.preset == "auto" and not self.train.max_minutes:
             raise FieldError("model.preset", "auto chooses the size that train.max_minutes "
                              "trains best: set train.max_minutes, or name a preset")

@@ -19,7 +19,7 @@ from pipelines.training.weights import weights_checkpoint
 from pipelines.training.checkpoint_records import check_vocabulary
 from pipelines.training.checkpoints import restore_model
 from pipelines.config import PipelineConfig
-from pipelines.sections import ModelSection
+from pipelines.config.model import ModelSection
 from pipelines.training.model_size import SIZE_RECORD, recorded_size
 from pipelines.paths import RunPaths
 
@@ -27,7 +27,7 @@ from pipelines.paths import RunPaths
 def build_model(config: PipelineConfig, vocab_size: int, dtype: str | None = None) -> Transformer:
     """The Transformer of the `model` section in the Keras dtype policy `dtype` (default: the
     section's, `auto` resolved), its weights created under the current strategy scope, if any.
-    The config was validated when it loaded (`pipelines.config.ModelSection`). A run trained
+    The config was validated when it loaded (`pipelines.config.model.ModelSection`). A run trained
     with guided alignment reads its trained head for word alignments (alignment_heads 1)."""
     section = sized_model(config)
     if config.train.guided_alignment_weight:

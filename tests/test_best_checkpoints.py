@@ -9,9 +9,8 @@ import pytest
 from keras_transformer.config import ModelConfig
 from keras_transformer.model import Transformer
 from pipelines import InputError
-from pipelines.config import load_config
+from pipelines.config import EarlyStopping, load_config
 from pipelines.paths import RunPaths
-from pipelines.sections import EarlyStopping
 from pipelines.training.best_checkpoints import BestCheckpoints, kept_checkpoints
 from pipelines.training.checkpoints import restore_model
 from pipelines.training.weights import weights_checkpoint

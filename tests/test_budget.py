@@ -3,7 +3,7 @@ import numpy as np
 
 from keras_transformer.schedules import TransformerSchedule
 from pipelines.training.budget import PLANNED_SHARE, Recipe, TrainingClock, steps_that_fit
-from pipelines.sections import TrainConfig
+from pipelines.config.train import TrainConfig
 
 
 def test_compress_scales_every_length_and_keeps_off_intervals_off():

@@ -1,4 +1,4 @@
-"""pipelines/config.py: YAML -> validated dataclasses; errors name file, line, key and value."""
+"""pipelines/config/: YAML -> validated dataclasses; errors name file, line, key and value."""
 import dataclasses
 import subprocess
 import sys
@@ -8,8 +8,8 @@ from typing import Literal
 import pytest
 
 from keras_transformer.config import ModelConfig
-from pipelines.config import ConfigError, DataConfig, PipelineConfig, builtin_configs, load_config
-from pipelines.sections import ModelSection
+from pipelines.config import (ConfigError, DataConfig, ModelSection, PipelineConfig,
+                              builtin_configs, load_config)
 from pipelines.yaml_dataclasses import load_yaml
 
 

@@ -125,8 +125,7 @@ def test_a_bfloat16_saved_model_computes_in_bfloat16_and_rebuilds_so(
     from export.saved_model import SavedModelTranslator
     from export_helpers import write_run
     from keras_transformer import precision
-    from pipelines.config import load_config
-    from pipelines.sections import ExportConfig
+    from pipelines.config import ExportConfig, load_config
     from pipelines.export import export_run
 
     config = load_config(write_run(tmp_path, export_translator))

@@ -10,7 +10,8 @@ import pytest
 from pipelines import InputError
 from pipelines.config import load_config
 from pipelines.training import size_choice
-from pipelines.training.model_size import SIZE_LADDER, SIZE_RECORD, SizeChoice
+from pipelines.config.model import SIZE_LADDER
+from pipelines.training.model_size import SIZE_RECORD, SizeChoice
 from pipelines.training.size_choice import choose_size
 from pipelines.yaml_dataclasses import ConfigError
 from tiny_run import make_tiny_run

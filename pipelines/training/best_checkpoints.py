@@ -22,7 +22,7 @@ import keras
 from pipelines import InputError
 from pipelines.files import atomic_open
 from pipelines.paths import CHECKPOINT_NAME, RunPaths
-from pipelines.sections import EarlyStopping
+from pipelines.config.train import EarlyStopping
 from pipelines.training.checkpoints import write_weights
 
 LOWER_IS_BETTER = {"dev_loss": True, "dev_bleu": False, "dev_chrf": False}

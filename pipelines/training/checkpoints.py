@@ -45,7 +45,7 @@ from pipelines.training.strategy import is_chief, task_id
 if TYPE_CHECKING:
     from pipelines.training.budget import TrainingClock
     from pipelines.training.weight_average import WeightAverage
-    from pipelines.sections import TrainConfig
+    from pipelines.config.train import TrainConfig
 
 
 def make_manager(checkpoint: tf.train.Checkpoint, directory: Path,

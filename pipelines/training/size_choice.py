@@ -2,7 +2,7 @@
 
 A budget fixes the compute; for a fixed compute a smaller model trained on more tokens beats a
 larger one trained on fewer, down to a floor. `auto` chooses from a ladder of shapes
-(`pipelines.training.model_size.SIZE_LADDER`). Before training, each size is probed on this
+(`pipelines.config.model.SIZE_LADDER`). Before training, each size is probed on this
 machine (a traced update, then PROBE_UPDATES timed ones on other batches of the run), from the
 largest down; the chosen one is the first whose expected target tokens in the time left reach
 TOKENS_PER_PARAMETER per parameter (so a fast machine probes one size), else the smallest.
@@ -23,7 +23,8 @@ import tensorflow as tf
 from pipelines.config import PipelineConfig
 from pipelines.paths import RunPaths
 from pipelines.training.budget import PLANNED_SHARE, TrainingClock
-from pipelines.training.model_size import SIZE_LADDER, SizeChoice, recorded_size
+from pipelines.config.model import SIZE_LADDER
+from pipelines.training.model_size import SizeChoice, recorded_size
 from pipelines.training.strategy import chief_value, is_chief
 from pipelines.training.train_data import DatasetFn, train_dataset_fn
 from pipelines.training.trainer import Trainer

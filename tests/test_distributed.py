@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.training.checkpoint_files import checkpoint_step, training_checkpoints
+from pipelines.checkpoints.files import checkpoint_step, training_checkpoints
 from pipelines.paths import RunPaths
 from tiny_run import make_tiny_run, subprocess_env
 

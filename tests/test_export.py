@@ -157,7 +157,7 @@ def test_a_mixed_precision_model_is_restored_in_float32(export_config, tmp_path,
     import dataclasses
 
     from keras_transformer.tokenizer import Tokenizer
-    from pipelines.training.checkpoints import model_checkpoint
+    from pipelines.checkpoints.weights import model_checkpoint
     from pipelines.config import load_config
     from pipelines.models import build_model, load_model_for_inference
 

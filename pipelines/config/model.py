@@ -5,7 +5,7 @@ overridden, and the Keras dtype policy; and the ladder of sizes `auto` chooses f
 size of SIZE_LADDER, each named LAYERSxD_MODEL: encoder and decoder layers and model width,
 with d_ff = 4 d_model and 4 heads (the `small` preset's proportions), so that a smaller size
 trains more tokens in the same time. The size chosen is recorded beside the checkpoints
-(pipelines.training.model_size).
+(pipelines.checkpoints.size_record).
 
 Example:
     >>> ModelSection(preset="tiny", dropout=0.2).model_config(vocab_size=8000).dropout

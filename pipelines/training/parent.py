@@ -18,11 +18,10 @@ import keras
 
 from keras_transformer.tokenizer import PAD_ID
 from pipelines import InputError
-from pipelines.training.checkpoint_files import check_complete
-from pipelines.training.weights import weights_checkpoint
-from pipelines.training.checkpoint_records import (check_recorded_architecture, check_vocabulary,
-                                          file_sha256)
-from pipelines.training.checkpoints import restore_model
+from pipelines.checkpoints.files import check_complete
+from pipelines.checkpoints.records import (check_recorded_architecture, check_vocabulary,
+                                           file_sha256)
+from pipelines.checkpoints.weights import restore_model, weights_checkpoint
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open
 from pipelines.models import run_tokenizer

@@ -20,11 +20,11 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
+from pipelines.checkpoints.size_record import SizeChoice, recorded_size
 from pipelines.config import PipelineConfig
+from pipelines.config.model import SIZE_LADDER
 from pipelines.paths import RunPaths
 from pipelines.training.budget import PLANNED_SHARE, TrainingClock
-from pipelines.config.model import SIZE_LADDER
-from pipelines.training.model_size import SizeChoice, recorded_size
 from pipelines.training.strategy import chief_value, is_chief
 from pipelines.training.train_data import DatasetFn, train_dataset_fn
 from pipelines.training.trainer import Trainer

@@ -64,7 +64,7 @@ class WeightAverage(tf.Module):
 
     def model_variables(self, model: keras.Model) -> list[tf.Variable]:
         """model.variables with each trainable one replaced by its shadow: the list that
-        `pipelines.training.checkpoints.model_checkpoint` saves, so that the averaged weights
+        `pipelines.checkpoints.weights.model_checkpoint` saves, so that the averaged weights
         restore into any model of the same architecture."""
         shadows = {id(variable): shadow
                    for variable, shadow in zip(model.trainable_variables, self.shadows)}

@@ -1,7 +1,13 @@
 """The record of the model size `model.preset: auto` chose for a run
 (checkpoints/model_size.json): written by train (pipelines/training/size_choice.py) before the
 first update, read by a resumed train, average, evaluate and export, so that every stage builds
-the same size of pipelines.config.model.SIZE_LADDER."""
+the same size of pipelines.config.model.SIZE_LADDER.
+
+Example:
+    >>> SizeChoice("2x128", "the budget trains 0.9 tokens a parameter", {}).save(directory)
+    >>> recorded_size(directory)
+    '2x128'
+"""
 from __future__ import annotations
 
 import dataclasses

@@ -7,6 +7,9 @@ loads it).
 The optimizer slots are left out; integer variables (random-generator states) keep the newest
 checkpoint's values. The directory is written under a temporary name and renamed into place,
 with averaged.json listing the checkpoints averaged and model.json the model config.
+
+Example:
+    >>> average(load_config("demo")).format()  # the last train.average_last checkpoints
 """
 from __future__ import annotations
 

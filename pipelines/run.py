@@ -9,6 +9,10 @@ than the newest input (the previous stage's outputs). Inputs and outputs come fr
 map (`pipelines.paths.RunPaths`) and the config (the export formats chosen). So a rerun of a
 finished run does nothing, and deleting a stage's outputs reruns that stage and whatever reads
 them.
+
+Example:
+    >>> run(load_config("demo"))  # the stages that ran: all of them the first time, none after
+    ['prepare', 'train', 'average', 'evaluate', 'export']
 """
 from __future__ import annotations
 

@@ -5,10 +5,14 @@ CTranslate2's `score_batch`.
 Pairs come from two files of parallel lines or one TSV file (SOURCE<TAB>TARGET, or stdin);
 each output line is `SCORE<TAB>LOG_PROB`, and with --tokens a third column of
 `PIECE=LOG_PROB` items, the target's pieces then `</s>`. SCORE is the log-probability divided
-by the GNMT length penalty, as `translate` scores its own translations (README, "Scoring").
+by the GNMT length penalty, as `translate` scores its own translations
+(docs/scoring-and-sampling.md, "Scoring translations").
 Files are read through once before any work, so that a bad pair (no tab, another line count,
 a target longer than the model accepts) stops the command before it writes anything; output
 streams a window at a time and `--output FILE` continues an interrupted job.
+
+Example:
+    $ keras-transformer score runs/demo/export --source news.en --target news.fr --tokens
 """
 from __future__ import annotations
 

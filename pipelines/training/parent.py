@@ -7,6 +7,10 @@ complete, trained with its run's vocabulary, and of the architecture that the ch
 section describes; `prepare` copies the parent's SentencePiece model and `train` refuses data
 prepared with another. The child records its parent beside its checkpoints
 (checkpoints/parent.json), so that its resumptions and its train summary name it.
+
+Example:
+    >>> find_parent(config)  # None unless train.init_from; checked before any work
+    Parent(checkpoint='runs/general/checkpoints/averaged/ckpt', spm_model=...)
 """
 from __future__ import annotations
 

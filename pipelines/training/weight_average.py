@@ -12,6 +12,10 @@ initial weights. A budget that compresses the recipe by r (`pipelines.training.b
 the average's horizon 1 / (1 - decay) by r too, so that it covers the same share of the run.
 Keras optimizers' own `use_ema` has a fixed momentum without that warm-up and updates in the
 replica context with an aggregation MirroredStrategy refuses, hence this module.
+
+Example:
+    >>> ema = WeightAverage(model.trainable_variables, decay=0.999)
+    >>> ema.update(model.trainable_variables, updates, applied)  # in the step
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The floors of the code: keras_transformer <- export <- pipelines, every import pointing down
+"""The floors of the code: keras_transformer <- export <- pipelines, every import pointing down,
+and inside pipelines: helpers <- a run's parts <- the stages and commands that orchestrate them
 (imports inside functions included)."""
 import ast
 from pathlib import Path
@@ -7,37 +8,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOORS = ("keras_transformer", "export", "pipelines")  # each may import only those before it
-
-
-def imported_packages(path: Path, package: str) -> set[str]:
-    """The top-level packages that the import statements of `package`'s module `path` name,
-    wherever they stand (a relative import names `package`)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            names.add(package if node.level else node.module.split(".")[0])
-    return names
-
-
-@pytest.mark.parametrize("floor", FLOORS)
-def test_imports_point_down(floor):
-    above = set(FLOORS[FLOORS.index(floor) + 1:])
-    modules = sorted((ROOT / floor).rglob("*.py"))
-    assert modules
-    upward = {str(path.relative_to(ROOT)): sorted(imported_packages(path, floor) & above)
-              for path in modules}
-    assert {path: names for path, names in upward.items() if names} == {}
-
-
-def test_an_import_inside_a_function_is_seen(tmp_path):
-    module = tmp_path / "module.py"
-    module.write_text("import json\n\n\ndef f():\n    from pipelines.config import load_config\n"
-                      "    import export.onnx\n    from . import sibling\n")
-    assert imported_packages(module, "keras_transformer") == {
-        "json", "pipelines", "export", "keras_transformer"}
-
 
 # Inside pipelines/, the floors by unit (a top-level module, or a sub-package whole), lowest
 # first: a unit imports only units of its own floor and of those before it.
@@ -62,9 +32,16 @@ NEVER_IMPORTED_BY = {"pipelines.checkpoints": ("pipelines.training", "pipelines.
 UNITS = [unit for floor in PIPELINES_FLOORS for unit in floor]
 
 
+def module_name(path: Path) -> str:
+    """The dotted name of the module at `path` (a package's: its __init__.py)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def imported_modules(path: Path, module: str) -> set[str]:
     """The dotted names that the import statements of module `module` (file `path`) may name,
-    wherever they stand: `from A import b` names A and A.b (b may be a module)."""
+    wherever they stand: `from A import b` names A and A.b (b may be a module); a relative
+    import is resolved against the module's package."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
@@ -80,6 +57,25 @@ def imported_modules(path: Path, module: str) -> set[str]:
     return names
 
 
+@pytest.mark.parametrize("floor", FLOORS)
+def test_imports_point_down(floor):
+    above = set(FLOORS[FLOORS.index(floor) + 1:])
+    modules = sorted((ROOT / floor).rglob("*.py"))
+    assert modules
+    upward = {str(path.relative_to(ROOT)): sorted(
+        {name.split(".")[0] for name in imported_modules(path, module_name(path))} & above)
+        for path in modules}
+    assert {path: names for path, names in upward.items() if names} == {}
+
+
+def test_an_import_inside_a_function_is_seen(tmp_path):
+    module = tmp_path / "module.py"
+    module.write_text("import json\n\n\ndef f():\n    from pipelines.config import load_config\n"
+                      "    import export.onnx\n    from . import sibling\n")
+    assert {name.split(".")[0] for name in imported_modules(module, "keras_transformer.module")} \
+        == {"json", "pipelines", "export", "keras_transformer"}
+
+
 def unit_of(name: str) -> str | None:
     """The unit of PIPELINES_FLOORS that the dotted name belongs to (the longest prefix)."""
     matches = [unit for unit in UNITS if name == unit or name.startswith(f"{unit}.")]
@@ -91,11 +87,7 @@ def floor_of(unit: str) -> int:
 
 
 def pipelines_modules() -> dict[str, Path]:
-    modules = {}
-    for path in sorted((ROOT / "pipelines").rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return modules
+    return {module_name(path): path for path in sorted((ROOT / "pipelines").rglob("*.py"))}
 
 
 def test_every_unit_of_pipelines_has_a_floor():

@@ -1,5 +1,5 @@
 """Model size x training length on the embedded corpus: test BLEU of the demo's recipe with
-each model size of `pipelines.training.model_size.SIZE_LADDER`, trained for a number of updates as a
+each model size of `pipelines.config.model.SIZE_LADDER`, trained for a number of updates as a
 budget would compress it (`pipelines.training.budget.Recipe.compress`: warm-up and intervals
 scaled by steps / 4,000, the learning rate by their square root), then averaged and scored
 with beam 4 on the test split.
@@ -33,7 +33,7 @@ import yaml
 from pipelines.config import BUILTIN_CONFIGS, load_config
 from pipelines.paths import RunPaths
 from pipelines.training.budget import Recipe
-from pipelines.training.model_size import SIZE_LADDER
+from pipelines.config.model import SIZE_LADDER
 
 STAGES = ("train", "average", "evaluate")
 

@@ -30,7 +30,7 @@ def find_model(config_name: str, scratch: Path, runtimes: list[str], xla_max_bat
         about = f"the export of {config.run_path}"
         version, onnx_dir = version, paths.onnx
     else:
-        from pipelines.training.weights import weights_checkpoint
+        from pipelines.checkpoints.weights import weights_checkpoint
 
         try:
             weights_checkpoint(paths)

@@ -1,4 +1,11 @@
-"""The NMT pipeline stages (prepare, ...), each a function with explicit inputs and outputs."""
+"""The NMT pipeline: the stages (prepare, train, average, evaluate, export), each a function with
+explicit inputs and outputs, the `run` that chains them and the CLI; and the errors the CLI
+prints as one line. Its floors (helpers <- a run's parts <- the stages and commands):
+ARCHITECTURE.md, tests/test_layering.py.
+
+Example:
+    >>> raise InputError("runs/demo/vocab/spm.model: no such file")  # the CLI: that line, exit 2
+"""
 
 
 class InputError(ValueError):

@@ -1,12 +1,15 @@
 """The average stage: the element-wise mean of the model weights of the last N training
 checkpoints (section 6.1: the last 5 for base models, 20 for big), or of the N best kept
 (`train.average_from: best`, `train.keep_best`), saved as
-runs/NAME/checkpoints/averaged/ckpt (model only; `pipelines.training.checkpoints.restore_model`
+runs/NAME/checkpoints/averaged/ckpt (model only; `pipelines.checkpoints.weights.restore_model`
 loads it).
 
 The optimizer slots are left out; integer variables (random-generator states) keep the newest
 checkpoint's values. The directory is written under a temporary name and renamed into place,
 with averaged.json listing the checkpoints averaged and model.json the model config.
+
+Example:
+    >>> average(load_config("demo")).format()  # the last train.average_last checkpoints
 """
 from __future__ import annotations
 
@@ -17,10 +20,10 @@ import keras
 import numpy as np
 
 from pipelines import InputError
-from pipelines.training.best_checkpoints import kept_checkpoints
-from pipelines.training.checkpoint_files import checkpoint_step, training_checkpoints
-from pipelines.training.checkpoint_records import check_vocabulary
-from pipelines.training.checkpoints import restore_model, write_weights
+from pipelines.checkpoints.best import kept_checkpoints
+from pipelines.checkpoints.files import checkpoint_step, training_checkpoints
+from pipelines.checkpoints.records import check_vocabulary
+from pipelines.checkpoints.weights import restore_model, write_weights
 from pipelines.config import PipelineConfig
 from pipelines.files import check_writable
 from pipelines.models import build_model, run_tokenizer

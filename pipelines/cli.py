@@ -2,6 +2,9 @@
 
 Each subcommand loads the config and calls its stage's function; bad input (a config or a
 corpus) prints one line to stderr and exits with status 2.
+
+Example:
+    >>> main(["run", "demo"])  # keras-transformer run demo; returns the exit status
 """
 from __future__ import annotations
 

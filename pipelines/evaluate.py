@@ -1,5 +1,9 @@
 """Evaluate: beam search on a split, then sacrebleu BLEU and chrF of the detokenized output
-against the raw references (eval/SPLIT.hyp and eval/SPLIT.json)."""
+against the raw references (eval/SPLIT.hyp and eval/SPLIT.json).
+
+Example:
+    >>> evaluate(load_config("demo"), split="test").format()  # BLEU and chrF of eval/test.hyp
+"""
 from __future__ import annotations
 
 import dataclasses

@@ -28,9 +28,9 @@ import export
 from export.saved_model import WARMUP_TEXT, export_saved_model
 from export.versions import staging_directory
 from pipelines import InputError
-from pipelines.training.checkpoint_files import replace_directory, tf_write_errors
+from pipelines.checkpoints.files import replace_directory, tf_write_errors
 from pipelines.config import PipelineConfig
-from pipelines.sections import EXPORT_FORMATS
+from pipelines.config.export import EXPORT_FORMATS
 from pipelines.files import atomic_open, check_writable
 from pipelines.models import load_model_for_inference, run_translator
 from pipelines.paths import RunPaths

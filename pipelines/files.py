@@ -1,5 +1,10 @@
 """Text files read by line, files written whole or not at all (a temporary name, then a
-rename), and checks that a directory can be one and be written before long work."""
+rename), and checks that a directory can be one and be written before long work.
+
+Example:
+    >>> with atomic_open(Path("runs/demo/eval/test.json"), "w") as file:
+    ...     file.write(text)  # the old file stays until the new one is whole
+"""
 from __future__ import annotations
 
 import contextlib

@@ -5,6 +5,13 @@ its Translator with the `evaluate` section's decoding settings.
 Training may use a mixed dtype policy; its variables are float32 all the same, so the model
 can be rebuilt with any policy and restored from the same checkpoint: exports use float32
 (the SavedModel export.saved_model_dtype), evaluation the training policy.
+
+Train, average, evaluate and export build their model here; it reads the checkpoints through
+pipelines.checkpoints and imports nothing of pipelines.training (tests/test_layering.py).
+
+Example:
+    >>> model, checkpoint = load_model_for_inference(config)  # evaluate.weights' checkpoint
+    >>> run_translator(config, model).translate_lines(["Hello."])
 """
 from __future__ import annotations
 
@@ -15,19 +22,18 @@ from export.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
 from pipelines import InputError
-from pipelines.training.weights import weights_checkpoint
-from pipelines.training.checkpoint_records import check_vocabulary
-from pipelines.training.checkpoints import restore_model
+from pipelines.checkpoints.records import check_vocabulary
+from pipelines.checkpoints.size_record import SIZE_RECORD, recorded_size
+from pipelines.checkpoints.weights import restore_model, weights_checkpoint
 from pipelines.config import PipelineConfig
-from pipelines.sections import ModelSection
-from pipelines.training.model_size import SIZE_RECORD, recorded_size
+from pipelines.config.model import ModelSection
 from pipelines.paths import RunPaths
 
 
 def build_model(config: PipelineConfig, vocab_size: int, dtype: str | None = None) -> Transformer:
     """The Transformer of the `model` section in the Keras dtype policy `dtype` (default: the
     section's, `auto` resolved), its weights created under the current strategy scope, if any.
-    The config was validated when it loaded (`pipelines.config.ModelSection`). A run trained
+    The config was validated when it loaded (`pipelines.config.model.ModelSection`). A run trained
     with guided alignment reads its trained head for word alignments (alignment_heads 1)."""
     section = sized_model(config)
     if config.train.guided_alignment_weight:
@@ -38,7 +44,7 @@ def build_model(config: PipelineConfig, vocab_size: int, dtype: str | None = Non
 
 def sized_model(config: PipelineConfig) -> ModelSection:
     """The `model` section with `preset: auto` replaced by the run's size
-    (`pipelines.training.model_size.recorded_size`); any other preset as it is.
+    (`pipelines.checkpoints.size_record.recorded_size`); any other preset as it is.
 
     Raises:
         InputError: `auto` and train has not chosen yet.

@@ -21,6 +21,10 @@
     export/onnx/                  model.onnx, model_int8.onnx, translator.onnx
     export/ctranslate2/           float32/, int8/ (CTranslate2 models), spm.model
     stages/STAGE.json             `run`'s record of each completed stage
+
+Example:
+    >>> RunPaths(Path("runs/demo")).spm_model
+    PosixPath('runs/demo/vocab/spm.model')
 """
 from __future__ import annotations
 

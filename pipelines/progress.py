@@ -5,6 +5,11 @@ On a terminal a line is rewritten in place: training's after every update and, b
 (a compiling first step, a slow CPU, validation), every `TICK_SECONDS` with the clock running.
 Elsewhere (a log file) a line is written at each logging step and at least every
 `LOG_SECONDS`.
+
+Example:
+    >>> progress = Progress(total=config.train.steps)
+    >>> progress.update(step, {"loss": "4.21"}, log=True)
+    >>> progress.close()
 """
 from __future__ import annotations
 

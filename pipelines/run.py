@@ -9,6 +9,10 @@ than the newest input (the previous stage's outputs). Inputs and outputs come fr
 map (`pipelines.paths.RunPaths`) and the config (the export formats chosen). So a rerun of a
 finished run does nothing, and deleting a stage's outputs reruns that stage and whatever reads
 them.
+
+Example:
+    >>> run(load_config("demo"))  # the stages that ran: all of them the first time, none after
+    ['prepare', 'train', 'average', 'evaluate', 'export']
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipelines.config import PipelineConfig
+from pipelines.config.evaluate import DECODING_KEYS
 from pipelines.files import atomic_open
 from pipelines.paths import RunPaths
 
@@ -142,8 +147,8 @@ STAGES = (
           lambda c, p: [p.weights_record(c.evaluate.weights), p.spm_model] + [
               path for split in c.evaluate.splits for path in p.split(split)],
           lambda c, p: [p.scores(split) for split in c.evaluate.splits], _evaluate),
-    Stage("export", ("model", "evaluate.beam_size", "evaluate.alpha", "evaluate.stop",
-                     "evaluate.extra_length", "evaluate.weights", "data.max_length", "export",
+    Stage("export", ("model", *(f"evaluate.{name}" for name in DECODING_KEYS),
+                     "evaluate.weights", "data.max_length", "export",
                      "train.guided_alignment_weight"),
           lambda c, p: [p.weights_record(c.evaluate.weights), p.spm_model], _exported, _export),
 )

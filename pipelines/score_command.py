@@ -10,6 +10,9 @@ by the GNMT length penalty, as `translate` scores its own translations
 Files are read through once before any work, so that a bad pair (no tab, another line count,
 a target longer than the model accepts) stops the command before it writes anything; output
 streams a window at a time and `--output FILE` continues an interrupted job.
+
+Example:
+    $ keras-transformer score runs/demo/export --source news.en --target news.fr --tokens
 """
 from __future__ import annotations
 

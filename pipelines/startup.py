@@ -7,6 +7,9 @@ without an NVIDIA GPU an ERROR "failed call to cuInit" (CUDA_VISIBLE_DEVICES="" 
 prevent it). `import_tensorflow_quietly` does both with stderr captured, then writes back all
 but those lines: absl lines below TF_CPP_MIN_LOG_LEVEL, absl's notice about them, and the cuInit
 error where the machine has no NVIDIA driver. Later warnings and errors are untouched.
+
+Example:
+    >>> import_tensorflow_quietly()  # then `import tensorflow` costs nothing and prints nothing
 """
 from __future__ import annotations
 

@@ -3,7 +3,11 @@ runtime of an export (TensorFlow, ONNX Runtime or CTranslate2), with n-best list
 target prefixes where the SavedModel gives them, word alignments and markup carried through
 (`pipelines.translate_markup`); bad options are refused before any work.
 Input of any size streams through a window at a time (`pipelines.translate_stream`), with a
-progress line on stderr on a terminal (or with --progress)."""
+progress line on stderr on a terminal (or with --progress).
+
+Example:
+    $ keras-transformer translate runs/demo/export --runtime onnx < news.en > news.fr
+"""
 from __future__ import annotations
 
 import argparse

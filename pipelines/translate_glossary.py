@@ -7,7 +7,11 @@ With --scores and --tokens a row scores the constrained translation; with --alig
 --markup the constrained translation is aligned (`translate_terms` gives its alignment, the
 terms found in the line's text without its tags); --n-best, --prefix-file and --sampling-*
 are refused (none has a constrained search), and so are ONNX Runtime and CTranslate2 (no
-constrained search in their graphs)."""
+constrained search in their graphs).
+
+Example:
+    $ keras-transformer translate runs/demo/export --glossary terms.tsv < news.en
+"""
 from __future__ import annotations
 
 import argparse

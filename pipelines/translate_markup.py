@@ -2,7 +2,11 @@
 word alignment (`TRANSLATION ||| I-J ...`, source word I - target word J), and lines with
 inline tags translated as plain text, the tags put back around the aligned words
 (`export.markup`), through the SavedModel's `translate_aligned` (or, with --glossary,
-`translate_terms`) signature or CTranslate2's attention."""
+`translate_terms`) signature or CTranslate2's attention.
+
+Example:
+    $ echo "In the <b>beginning</b>" | keras-transformer translate runs/demo/export --markup
+"""
 from __future__ import annotations
 
 from typing import Callable, Iterable

@@ -1,5 +1,10 @@
 """Attention heat maps of a translated sentence, per layer and head, like the paper's figures
-3 to 5: encoder self-attention, decoder self-attention and encoder-decoder attention."""
+3 to 5: encoder self-attention, decoder self-attention and encoder-decoder attention.
+
+Example:
+    >>> visualize(Path("runs/demo/export"), "In the beginning God created the heaven.",
+    ...           Path("maps"))  # the PNG paths, one per layer and attention kind
+"""
 from __future__ import annotations
 
 import dataclasses

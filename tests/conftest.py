@@ -176,7 +176,7 @@ def export_translator(export_config: Path):
     from export_helpers import make_model
     from keras_transformer.decoding_settings import DecodingSettings
     from pipelines.paths import RunPaths
-    from pipelines.training.checkpoints import restore_model
+    from pipelines.checkpoints.weights import restore_model
 
     paths = RunPaths(load_config(export_config).run_path)
     model_proto = paths.spm_model.read_bytes()
@@ -222,7 +222,7 @@ def xla_export(export_translator, tmp_path_factory: pytest.TempPathFactory):
     batches in two graph searches side by side), the SavedModel alone."""
     from export_helpers import write_run
     from pipelines.export import export_run
-    from pipelines.sections import ExportConfig
+    from pipelines.config import ExportConfig
 
     def build(directory: Path) -> None:
         config = load_config(write_run(directory, export_translator))

@@ -18,7 +18,7 @@ from keras_transformer import ModelConfig, Transformer
 from keras_transformer.losses import label_smoothed_cross_entropy
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_sentencepiece
 from keras_transformer.translate import decode_sources
-from pipelines.training.checkpoints import model_checkpoint
+from pipelines.checkpoints.weights import model_checkpoint
 from pipelines.paths import RunPaths
 
 WORDS = ("sun moon star tree river stone bird fish cloud rain wind fire snow leaf root seed "

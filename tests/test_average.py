@@ -9,10 +9,11 @@ import pytest
 
 from pipelines import InputError
 from pipelines.average import average
-from pipelines.training.checkpoints import make_manager, model_checkpoint, restore_model
+from pipelines.checkpoints.weights import model_checkpoint, restore_model
 from pipelines.config import load_config
 from pipelines.models import build_model
 from pipelines.paths import RunPaths
+from pipelines.training.checkpoints import make_manager
 from tiny_run import make_tiny_run
 
 

@@ -9,12 +9,11 @@ import pytest
 from keras_transformer.config import ModelConfig
 from keras_transformer.model import Transformer
 from pipelines import InputError
-from pipelines.config import load_config
+from pipelines.checkpoints.best import kept_checkpoints
+from pipelines.checkpoints.weights import restore_model, weights_checkpoint
+from pipelines.config import EarlyStopping, load_config
 from pipelines.paths import RunPaths
-from pipelines.sections import EarlyStopping
-from pipelines.training.best_checkpoints import BestCheckpoints, kept_checkpoints
-from pipelines.training.checkpoints import restore_model
-from pipelines.training.weights import weights_checkpoint
+from pipelines.training.best_checkpoints import BestCheckpoints
 from tiny_run import make_tiny_run
 
 

@@ -12,8 +12,8 @@ import pytest
 from keras_transformer.schedules import TransformerSchedule
 from pipelines.config import load_config
 from pipelines.training.budget import PLANNED_SHARE, Recipe, TrainingClock, steps_that_fit
-from pipelines.sections import TrainConfig
-from pipelines.training.checkpoint_files import checkpoint_step, training_checkpoints
+from pipelines.checkpoints.files import checkpoint_step, training_checkpoints
+from pipelines.config.train import TrainConfig
 from pipelines.paths import RunPaths
 from tiny_run import make_tiny_run
 

@@ -1,4 +1,4 @@
-"""pipelines/config.py: YAML -> validated dataclasses; errors name file, line, key and value."""
+"""pipelines/config/: YAML -> validated dataclasses; errors name file, line, key and value."""
 import dataclasses
 import subprocess
 import sys
@@ -8,8 +8,8 @@ from typing import Literal
 import pytest
 
 from keras_transformer.config import ModelConfig
-from pipelines.config import ConfigError, DataConfig, PipelineConfig, builtin_configs, load_config
-from pipelines.sections import ModelSection
+from pipelines.config import (ConfigError, DataConfig, ModelSection, PipelineConfig,
+                              builtin_configs, load_config)
 from pipelines.yaml_dataclasses import load_yaml
 
 
@@ -61,8 +61,8 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
     ("data:\n  source: bible:en-xx\n", 3, "data.source", "unknown builtin corpus"),
     ("data:\n  source: web:en-fr\n", 3, "data.source", "'web:en-fr'"),
     ("data:\n  source: bible:en-fr\n  max_length: 130\ntrain:\n  batch_tokens: 130\n", 6,
-     "train.batch_tokens", "must be at least 136 so that a pair of data.max_length (130) tokens, "
-     "padded to its length bucket, fits a batch (with N replicas: N x 136), got 130"),
+     "train.batch_tokens", "must be at least 136 so that each of 1 replica(s) holds a pair of "
+     "data.max_length (130) tokens padded to its length bucket (1 x 136), got 130"),
     ("data:\n  source: bible:en-fr\n  batch_tokens: 2048\n", 4, "data.batch_tokens",
      "moved to train.batch_tokens"),
     ("data:\n  source: bible:en-fr\n  shuffle_buffer: 10\n", 4, "data.shuffle_buffer",

@@ -111,7 +111,9 @@ def test_repeat_gives_full_batches_divisible_by_replicas_and_seeded_order(demo):
 
 
 def test_budget_too_small_for_the_longest_bucket(demo):
-    with pytest.raises(ValueError, match="cannot hold 4 pair"):
+    with pytest.raises(ValueError, match=r"^batch_tokens: must be at least 512 so that each of "
+                       r"4 replica\(s\) holds a pair of data.max_length \(128\) tokens padded "
+                       r"to its length bucket \(4 x 128\), got 256$"):
         batches(demo, batch_tokens=256, num_replicas=4)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.training.checkpoint_files import checkpoint_step, training_checkpoints
+from pipelines.checkpoints.files import checkpoint_step, training_checkpoints
 from pipelines.paths import RunPaths
 from tiny_run import make_tiny_run, subprocess_env
 

@@ -125,8 +125,7 @@ def test_a_bfloat16_saved_model_computes_in_bfloat16_and_rebuilds_so(
     from export.saved_model import SavedModelTranslator
     from export_helpers import write_run
     from keras_transformer import precision
-    from pipelines.config import load_config
-    from pipelines.sections import ExportConfig
+    from pipelines.config import ExportConfig, load_config
     from pipelines.export import export_run
 
     config = load_config(write_run(tmp_path, export_translator))
@@ -158,7 +157,7 @@ def test_a_mixed_precision_model_is_restored_in_float32(export_config, tmp_path,
     import dataclasses
 
     from keras_transformer.tokenizer import Tokenizer
-    from pipelines.training.checkpoints import model_checkpoint
+    from pipelines.checkpoints.weights import model_checkpoint
     from pipelines.config import load_config
     from pipelines.models import build_model, load_model_for_inference
 

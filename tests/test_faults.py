@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from pipelines.training.checkpoint_files import (checkpoint_problem, checkpoint_step,
+from pipelines.checkpoints.files import (checkpoint_problem, checkpoint_step,
                                                  training_checkpoints)
 from pipelines.cli import main
 from tiny_run import copy_run

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from pipelines.training.checkpoint_files import training_checkpoints
+from pipelines.checkpoints.files import training_checkpoints
 from pipelines.cli import main
 from pipelines.paths import RunPaths
 from tiny_run import WORDS

@@ -8,9 +8,10 @@ from typing import Iterator
 import pytest
 
 from pipelines import InputError
+from pipelines.checkpoints.size_record import SIZE_RECORD, SizeChoice
 from pipelines.config import load_config
+from pipelines.config.model import SIZE_LADDER
 from pipelines.training import size_choice
-from pipelines.training.model_size import SIZE_LADDER, SIZE_RECORD, SizeChoice
 from pipelines.training.size_choice import choose_size
 from pipelines.yaml_dataclasses import ConfigError
 from tiny_run import make_tiny_run
@@ -146,8 +147,8 @@ def test_a_broken_size_record_is_named(tmp_path: Path) -> None:
 
 def test_checkpoints_of_an_explicit_preset_give_their_size(tmp_path: Path) -> None:
     from keras_transformer.config import ModelConfig
-    from pipelines.training.checkpoint_records import record_model
-    from pipelines.training.model_size import recorded_size
+    from pipelines.checkpoints.records import record_model
+    from pipelines.checkpoints.size_record import recorded_size
 
     assert recorded_size(tmp_path) is None
     record_model(tmp_path, ModelConfig.from_preset("small", vocab_size=8000))

@@ -15,10 +15,10 @@ import yaml
 
 from pipelines.cli import main
 import pipelines.run as run_module
-from pipelines.config import DataConfig, PipelineConfig, load_config
 from pipelines.paths import RunPaths
 from pipelines.run import STAGE_NAMES, STAGES, report, run, stale_reason
-from pipelines.sections import EvaluateConfig, ExportConfig, ModelSection, TrainConfig
+from pipelines.config import (DataConfig, EvaluateConfig, ExportConfig, ModelSection,
+                              PipelineConfig, TrainConfig, load_config)
 from pipelines.corpus.shards import train_shards
 
 SLICE = {"train": 400, "dev": 12, "test": 12}

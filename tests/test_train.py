@@ -18,11 +18,11 @@ import tensorflow as tf
 from keras_transformer.config import PRESETS
 from pipelines import InputError
 from pipelines.cli import main
-from pipelines.training.checkpoint_files import checkpoint_step, training_checkpoints
+from pipelines.checkpoints.files import checkpoint_step, training_checkpoints
 from pipelines.training.buckets import bucket_boundaries
 from pipelines.config import ConfigError, load_config
 from pipelines.paths import RunPaths
-from pipelines.sections import ModelSection
+from pipelines.config import ModelSection
 from pipelines.training.train import TrainingDiverged, TrainingRun
 from tiny_run import copy_run, dataset_fn, make_tiny_run, subprocess_env, synthetic_halves
 

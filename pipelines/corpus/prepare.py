@@ -12,6 +12,9 @@ alignments are written beside their shards (`pipelines.corpus.alignments`).
 Everything is written under data/.prepare-PID first and moved into place at the end, the train
 manifest last: a bad corpus raises before anything is written, and an interrupted prepare
 leaves no half-written file (its staging directory is removed by the next prepare).
+
+Example:
+    >>> prepare(load_config("demo")).format()  # data/, vocab/spm.model and the statistics
 """
 from __future__ import annotations
 

@@ -6,6 +6,9 @@ shards and their pair counts (and, with `data.alignments`, each shard's word-ali
 `.align`: `pipelines.corpus.alignments`); readers take the list from it (never from a glob), so files left
 by an older prepare are never read. Several shards let tf.data interleave them and let each
 MultiWorkerMirroredStrategy worker read its own files.
+
+Example:
+    >>> train_shards(Path("runs/demo/data"))  # [(train-00000-of-00001.src, ....tgt)]
 """
 from __future__ import annotations
 

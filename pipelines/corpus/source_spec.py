@@ -1,4 +1,9 @@
-"""The forms of `data.source`: bible:SRC-TGT (the builtin corpora), tfds:NAME/CONFIG, files."""
+"""The forms of `data.source`: bible:SRC-TGT (the builtin corpora), tfds:NAME/CONFIG, files.
+
+Example:
+    >>> check_source_spec("bible:en-fr") is None, check_source_spec("web:en-fr") is None
+    (True, False)
+"""
 from __future__ import annotations
 
 import re

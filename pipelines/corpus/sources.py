@@ -10,6 +10,10 @@ Sources (the `data.source` of a pipeline config):
 Every sentence has its whitespace collapsed (`clean_text`). A source reads nothing until it is
 iterated and never holds the corpus in memory (the Bible's 31k verses excepted); its `Meter`
 tells how much of the input the current pass has read.
+
+Example:
+    >>> source = open_source(config.data)
+    >>> for src, tgt, split in source.pool(): ...
 """
 from __future__ import annotations
 

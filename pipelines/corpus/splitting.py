@@ -11,6 +11,9 @@ duplicates). Pass 2 reads the pool again and writes the train pairs round-robin 
 files, and uniform samples of them for the vocabulary and for the statistics; held-out pairs
 with a side that occurs in train are dropped, and dev / test are written last. Splits the
 source gives (its dev / test) are written as they are.
+
+Example:
+    >>> splits = write_splits(open_source(config.data), config.data, Path("runs/demo/data"))
 """
 from __future__ import annotations
 

@@ -1,2 +1,8 @@
-"""The train stage: the input pipeline, the distributed update, the loop with its budget,
-validation and checkpoints, and fine-tuning's parent."""
+"""The train stage: the loop (train.py) and what it runs: the compiled update, the input
+pipeline, the budget, validation, the training checkpoints, the best validations, the moving
+average, the size `auto` chooses, the fine-tuning parent, the strategy. What the later stages
+read of its checkpoints is in pipelines.checkpoints.
+
+Example:
+    >>> train(load_config("demo")).format()  # pipelines.training.train
+"""

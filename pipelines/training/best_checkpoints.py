@@ -1,60 +1,31 @@
-"""The best validations of a run (`train.keep_best`) and early stopping
+"""Keeping the best validations of a run (`train.keep_best`) and early stopping
 (`train.early_stopping`), by one metric: dev loss (lower is better), dev BLEU or chrF (higher).
 
-    checkpoints/best/best.json         the metric, every validation so far [[step, value]...]
-                                       and the kept steps, best first
-    checkpoints/best/ckpt-STEP/ckpt.*  the model alone at a kept validation (model.json beside)
+Each validation is recorded in checkpoints/best/best.json (its layout, and the reading of it by
+evaluate and average: pipelines.checkpoints.best). A new best is written whole (`write_weights`:
+a staging directory renamed into place) before best.json names it, and a checkpoint that falls
+out of the best is removed after, so best.json only ever lists complete checkpoints. The
+history survives a resumed run, so patience counts validations across invocations.
 
-A new best is written whole (`write_weights`: a staging directory renamed into place) before
-best.json names it, and a checkpoint that falls out of the best is removed after, so best.json
-only ever lists complete checkpoints. The history survives a resumed run, so patience counts
-validations across invocations.
+Example:
+    >>> best = BestCheckpoints(paths, keep=3, stopping=config.train.early_stopping)
+    >>> best.add(step=2000, value=dev_loss, model=model)  # the reason training ends, or None
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import shutil
-from pathlib import Path
 
 import keras
 
-from pipelines import InputError
+from pipelines.checkpoints.best import BestRecord, load_best_record
+from pipelines.checkpoints.weights import write_weights
+from pipelines.config.train import EarlyStopping
 from pipelines.files import atomic_open
-from pipelines.paths import CHECKPOINT_NAME, RunPaths
-from pipelines.sections import EarlyStopping
-from pipelines.training.checkpoints import write_weights
+from pipelines.paths import RunPaths
 
 LOWER_IS_BETTER = {"dev_loss": True, "dev_bleu": False, "dev_chrf": False}
-
-
-@dataclasses.dataclass
-class BestRecord:
-    """What best.json holds."""
-
-    metric: str
-    history: list[list[float]] = dataclasses.field(default_factory=list)  # [[step, value]]
-    kept: list[int] = dataclasses.field(default_factory=list)  # steps, best first
-
-
-def best_checkpoint(paths: RunPaths) -> str:
-    """The prefix of the run's best kept checkpoint.
-
-    Raises:
-        InputError: none is kept.
-    """
-    kept = kept_checkpoints(paths)
-    if not kept:
-        raise InputError(f"{paths.best}: no best checkpoint kept; train with "
-                         f"train.keep_best (e.g. 3), or choose other weights")
-    return kept[0]
-
-
-def kept_checkpoints(paths: RunPaths) -> list[str]:
-    """The prefixes of the run's kept best checkpoints, best first (none: [])."""
-    record = _load(paths.best_record)
-    return ([str(paths.best / f"ckpt-{step}" / CHECKPOINT_NAME) for step in record.kept]
-            if record else [])
 
 
 class BestCheckpoints:
@@ -70,7 +41,7 @@ class BestCheckpoints:
     def __init__(self, paths: RunPaths, keep: int, stopping: EarlyStopping) -> None:
         self.paths, self.keep, self.stopping = paths, keep, stopping
         self.lower_is_better = LOWER_IS_BETTER[stopping.metric]
-        record = _load(paths.best_record)
+        record = load_best_record(paths.best_record)
         self.record = (record if record and record.metric == stopping.metric
                        else BestRecord(stopping.metric))
 
@@ -117,13 +88,3 @@ class BestCheckpoints:
         return (f"early stopping: {name} has not improved on {best:.4f} (step "
                 f"{int(best_step):,}) by more than {self.stopping.min_delta:g} in {since} "
                 f"validations")
-
-
-def _load(path: Path) -> BestRecord | None:
-    if not path.is_file():
-        return None
-    try:
-        return BestRecord(**json.loads(path.read_text()))
-    except (ValueError, TypeError) as error:
-        raise InputError(f"{path}: not a record of best checkpoints ({error}); move the "
-                         f"best/ directory away") from None

@@ -1,5 +1,6 @@
-"""The length buckets of training batches and the one rule they set on the token budget, in a
-light module: the config checks it where it is loaded, the input pipeline where it batches.
+"""The length buckets of training batches and the one rule they set on the token budget
+(`batch_tokens_problem`), in a light module: the config checks it where it loads (1 replica),
+train against its replicas, the input pipeline where it batches.
 
 Example:
     >>> bucket_boundaries(130)[-1], smallest_batch_tokens(130, replicas=2)
@@ -26,7 +27,30 @@ def bucket_boundaries(max_length: int, *, step: int = 8, linear_until: int = 64,
     return tuple(bounds)
 
 
-def smallest_batch_tokens(max_length: int, replicas: int = 1) -> int:
+def smallest_batch_tokens(max_length: int, replicas: int = 1,
+                          boundaries: tuple[int, ...] | None = None) -> int:
     """The least `train.batch_tokens` (over all replicas) whose per-replica share holds one pair
-    of the longest bucket: replicas x max_length rounded up to its bucket."""
-    return replicas * bucket_boundaries(max_length)[-1]
+    of the longest bucket: replicas x max_length rounded up to its bucket (the last of
+    `boundaries`, default `bucket_boundaries(max_length)`)."""
+    return replicas * (boundaries or bucket_boundaries(max_length))[-1]
+
+
+def batch_tokens_problem(batch_tokens: int, max_length: int, replicas: int = 1,
+                         boundaries: tuple[int, ...] | None = None) -> str | None:
+    """Why `batch_tokens` split over `replicas` cannot batch pairs of up to `max_length` tokens
+    (data.max_length), or None when it can: the one message of the rule, which the config
+    (1 replica), train (its replicas) and the input pipeline (its batches) each raise.
+
+    Example:
+        >>> batch_tokens_problem(320, 40, replicas=8) is None
+        True
+        >>> batch_tokens_problem(256, 40, replicas=8)[:51]
+        'must be at least 320 so that each of 8 replica(s) h'
+    """
+    longest = (boundaries or bucket_boundaries(max_length))[-1]
+    smallest = smallest_batch_tokens(max_length, replicas, boundaries)
+    if batch_tokens >= smallest:
+        return None
+    return (f"must be at least {smallest} so that each of {replicas} replica(s) holds a pair of "
+            f"data.max_length ({max_length}) tokens padded to its length bucket ({replicas} x "
+            f"{longest}), got {batch_tokens!r}")

@@ -33,7 +33,7 @@ import time
 
 import tensorflow as tf
 
-from pipelines.sections import TrainConfig
+from pipelines.config.train import TrainConfig
 
 CALIBRATION_UPDATES = 10  # timed updates before the plan (fewer on a budget of seconds)
 CALIBRATION_SHARE = 0.05  # ... or this share of the budget spent, after at least 2 updates

@@ -1,28 +1,26 @@
-"""A run's checkpoints: checkpoints/ckpt-STEP (the model, the optimizer, whose iteration
-count is the step and drives the learning-rate schedule, and the training clock) and
-checkpoints/averaged/ckpt and checkpoints/ema/ckpt (the model alone: averaged checkpoints, the
-moving average of the weights); `CheckpointSaver` writes the training ones and the moving
-average.
+"""The training checkpoints: checkpoints/ckpt-STEP (the model, the optimizer, whose iteration
+count is the step and drives the learning-rate schedule, and the training clock, and with
+train.ema_decay the moving average), saved by steps and minutes and resumed by
+`CheckpointSaver`, which also writes checkpoints/ema/ckpt (the moving average, model only).
 
 Never half-written: TF writes a checkpoint's data and index files under temporary names and
 renames them once complete, then tf.train.CheckpointManager rewrites the `checkpoint` index
 file atomically (a temporary file renamed over it). The latest checkpoint is read from that
 index, so a process killed while saving leaves the previous checkpoint the latest (and at most
-temporary files that the next save of that step overwrites). `averaged` and `ema` are written
-in a temporary directory renamed into place (`write_weights`).
+temporary files that the next save of that step overwrites). A save that fails (a full disk)
+leaves no partial checkpoint and says so in one line. Before resuming, the latest checkpoint is
+checked of the run's vocabulary and the model's architecture.
 
-Before a restore, a checkpoint is checked whole (`checkpoint_problem`: its index reads, its
-data files hold the bytes the index lists) and of the model's architecture (`check_architecture`:
-the config recorded beside it, model.json, else the variables' shapes), so that a truncated
-copy or an edited `model` section is one line naming the file or the field, not a traceback.
-A save that fails (a full disk) leaves no partial checkpoint and says so in one line.
+What evaluate, export and average read of them (finding and checking the files, the records
+beside them, the model's weights): pipelines.checkpoints.
 
-Finding and checking the files: `pipelines.training.checkpoint_files`; what they were trained with:
-`pipelines.training.checkpoint_records`.
+Example:
+    >>> saver = CheckpointSaver(model, optimizer, clock, strategy, config.train, paths)
+    >>> step = saver.restore()  # 0 without a checkpoint
+    >>> saver.save(step)
 """
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -31,21 +29,18 @@ from typing import TYPE_CHECKING
 import keras
 import tensorflow as tf
 
-from export.versions import staging_directory
-from keras_transformer.config import ModelConfig
-from pipelines.training.checkpoint_files import (check_complete, checkpoint_step,
-                                                  newest_readable_checkpoint,
-                                                  remove_partial_checkpoint, replace_directory,
-                                                  restoring, tf_write_errors)
-from pipelines.training.checkpoint_records import (check_architecture, check_vocabulary,
-                                                   record_model, record_vocabulary)
+from pipelines.checkpoints.files import (checkpoint_step, newest_readable_checkpoint,
+                                         remove_partial_checkpoint, restoring, tf_write_errors)
+from pipelines.checkpoints.records import (check_architecture, check_vocabulary, record_model,
+                                           record_vocabulary)
+from pipelines.checkpoints.weights import model_checkpoint, write_weights
 from pipelines.paths import CHECKPOINT_NAME, RunPaths
 from pipelines.training.strategy import is_chief, task_id
 
 if TYPE_CHECKING:
     from pipelines.training.budget import TrainingClock
     from pipelines.training.weight_average import WeightAverage
-    from pipelines.sections import TrainConfig
+    from pipelines.config.train import TrainConfig
 
 
 def make_manager(checkpoint: tf.train.Checkpoint, directory: Path,
@@ -53,51 +48,6 @@ def make_manager(checkpoint: tf.train.Checkpoint, directory: Path,
     """Saves `directory/ckpt-STEP` (pass `checkpoint_number=step`), keeping the last `keep`."""
     return tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=keep,
                                       checkpoint_name=CHECKPOINT_NAME)
-
-
-def model_checkpoint(model: keras.Model, **trackables) -> tf.train.Checkpoint:
-    """A checkpoint of the model's variables (as the list `model.variables`, in their creation
-    order) and of `trackables` (e.g. `optimizer=`).
-
-    TF's object tracking does not see Keras 3 layers held in Python lists (the Transformer's
-    encoder and decoder stacks): `tf.train.Checkpoint(model=model)` would save the embedding
-    alone. Variable paths are no key either: they hold per-process layer counters.
-    """
-    return tf.train.Checkpoint(model=list(model.variables), **trackables)
-
-
-def write_weights(variables: list, model_config: ModelConfig, directory: Path,
-                  notes: dict) -> None:
-    """Writes a model-only checkpoint of `variables` (in `model.variables`' order, as
-    `model_checkpoint` saves them) as directory/ckpt, with directory/model.json and
-    directory/NAME.json holding `notes` (NAME the directory's): built in a staging directory
-    and renamed into place, so never half-written.
-
-    Raises:
-        OSError: TensorFlow's error of a full disk or an unwritable directory.
-    """
-    temporary = staging_directory(directory.parent, f".{directory.name}")
-    try:
-        with tf_write_errors(directory.parent):
-            tf.train.Checkpoint(model=list(variables)).write(str(temporary / CHECKPOINT_NAME))
-        record_model(temporary, model_config)
-        (temporary / f"{directory.name}.json").write_text(json.dumps(notes, indent=2) + "\n")
-        replace_directory(temporary, directory)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
-
-
-def restore_model(model: keras.Model, prefix: str | Path) -> None:
-    """Loads the model's variables from a training or an averaged checkpoint.
-
-    Raises:
-        InputError: the checkpoint is incomplete, corrupt or of another architecture.
-    """
-    check_complete(prefix)
-    check_architecture(model, prefix)
-    with restoring(prefix):
-        status = model_checkpoint(model).read(str(prefix))
-    status.expect_partial().assert_existing_objects_matched()
 
 
 class CheckpointSaver:

@@ -15,6 +15,11 @@ fit the token budget on both sides, counted on padded sizes:
 the same shape; with `one_bucket_per_batch` too both sides are padded to the bucket of the
 longer side, so that endless batches take one shape per bucket, not per pair of buckets (what
 XLA compiles for: 12 shapes instead of 144 at max_length 128).
+
+Example:
+    >>> dataset = make_dataset(RunPaths(run_dir).train_shards(), spm_model, batch_tokens=4096,
+    ...                        max_length=128, repeat=True)
+    >>> batch = next(iter(dataset))  # {"source_ids": [b, s], "target_ids": [b, t]}
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ import tensorflow as tf
 from export.word_alignment import starts_word
 from keras_transformer.guided_alignment import gold_alignment
 from keras_transformer.tokenizer import PAD_ID, Tokenizer, vocabulary
-from pipelines.training.buckets import bucket_boundaries
+from pipelines.training.buckets import batch_tokens_problem, bucket_boundaries
 
 TOKENIZE_BATCH = 1024
 LENGTHS_BATCH = 4096
@@ -82,14 +87,13 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
         A dataset of `{"source_ids": [batch, src_time], "target_ids": [batch, tgt_time]}`.
     """
     bounds = boundaries or bucket_boundaries(max_length)
-    budget, multiple = batch_tokens, num_replicas
-    if input_context is not None:
-        budget, multiple = batch_tokens // input_context.num_replicas_in_sync, 1
+    replicas = input_context.num_replicas_in_sync if input_context else num_replicas
+    budget, multiple = (batch_tokens // replicas, 1) if input_context else (batch_tokens, replicas)
     if bounds[-1] < max_length:
         raise ValueError(f"the last bucket boundary {bounds[-1]} is below max_length {max_length}")
-    if budget < multiple * bounds[-1]:  # pipelines.training.buckets.smallest_batch_tokens's rule
-        raise ValueError(f"a token budget of {budget} per batch cannot hold {multiple} pair(s) "
-                         f"of the longest bucket ({bounds[-1]} tokens)")
+    problem = batch_tokens_problem(batch_tokens, max_length, replicas, bounds)
+    if problem:
+        raise ValueError(f"batch_tokens: {problem}")
     tokenizer = Tokenizer.from_file(spm_model_path)
     parallel = parallel_calls or tf.data.AUTOTUNE
     dataset = _pairs(shards, input_context, shuffle, seed, parallel, alignments)

@@ -7,6 +7,10 @@ complete, trained with its run's vocabulary, and of the architecture that the ch
 section describes; `prepare` copies the parent's SentencePiece model and `train` refuses data
 prepared with another. The child records its parent beside its checkpoints
 (checkpoints/parent.json), so that its resumptions and its train summary name it.
+
+Example:
+    >>> find_parent(config)  # None unless train.init_from; checked before any work
+    Parent(checkpoint='runs/general/checkpoints/averaged/ckpt', spm_model=...)
 """
 from __future__ import annotations
 
@@ -18,11 +22,10 @@ import keras
 
 from keras_transformer.tokenizer import PAD_ID
 from pipelines import InputError
-from pipelines.training.checkpoint_files import check_complete
-from pipelines.training.weights import weights_checkpoint
-from pipelines.training.checkpoint_records import (check_recorded_architecture, check_vocabulary,
-                                          file_sha256)
-from pipelines.training.checkpoints import restore_model
+from pipelines.checkpoints.files import check_complete
+from pipelines.checkpoints.records import (check_recorded_architecture, check_vocabulary,
+                                           file_sha256)
+from pipelines.checkpoints.weights import restore_model, weights_checkpoint
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open
 from pipelines.models import run_tokenizer

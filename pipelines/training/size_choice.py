@@ -2,14 +2,20 @@
 
 A budget fixes the compute; for a fixed compute a smaller model trained on more tokens beats a
 larger one trained on fewer, down to a floor. `auto` chooses from a ladder of shapes
-(`pipelines.training.model_size.SIZE_LADDER`). Before training, each size is probed on this
+(`pipelines.config.model.SIZE_LADDER`). Before training, each size is probed on this
 machine (a traced update, then PROBE_UPDATES timed ones on other batches of the run), from the
 largest down; the chosen one is the first whose expected target tokens in the time left reach
 TOKENS_PER_PARAMETER per parameter (so a fast machine probes one size), else the smallest.
 The rule and its threshold come from the grid of sizes x training lengths on the demo corpus
-(docs/recipes.md, "Model size for the budget"; bench/budget_grid.py). The choice and its reason are
-recorded in checkpoints/model_size.json before the first update, so that a resumed run,
-average, evaluate and export use the same size.
+(bench/budget_grid.py; the figures and their machines: docs/training.md, "Why 0.7 target
+tokens per parameter"). The choice and its reason are recorded in checkpoints/model_size.json
+(pipelines.checkpoints.size_record) before the first update, so that a resumed run, average,
+evaluate and export use the same size.
+
+Example:
+    >>> config, choice = sized_for_budget(config, vocab_size, strategy, clock)
+    >>> config.model.d_model, choice.size  # choice None unless model.preset auto
+    (128, '2x128')
 """
 from __future__ import annotations
 
@@ -20,20 +26,17 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
+from pipelines.checkpoints.size_record import SizeChoice, recorded_size
 from pipelines.config import PipelineConfig
+from pipelines.config.model import SIZE_LADDER
 from pipelines.paths import RunPaths
 from pipelines.training.budget import PLANNED_SHARE, TrainingClock
-from pipelines.training.model_size import SIZE_LADDER, SizeChoice, recorded_size
 from pipelines.training.strategy import chief_value, is_chief
 from pipelines.training.train_data import DatasetFn, train_dataset_fn
 from pipelines.training.trainer import Trainer
 
-# Between the grid's crossovers (docs/recipes.md, "Model size for the budget"): on the demo corpus the
-# small preset (3x256) scores 2.3 BLEU at 0.24 target tokens per parameter where 2x128,
-# trained for the same time, scores 7.9 at 0.95; 3x256 scores 9.5 at 0.53 where 3x192 scores
-# 16.8 at 1.19 in the same time; 3x256 scores 20.3 at 0.98 (a Zen 5's 4,000 updates). That
-# grid trained post-norm; with the pre-norm recipe since, 3x192 scores 2.7 at 0.19 where
-# 2x128 scores 11.6 at 0.88 in the same time (the AVX2 budget), and 3x256 26.1 at 0.98.
+# Between the crossovers of the grid of sizes on the demo corpus (docs/training.md, "Why 0.7
+# target tokens per parameter": its BLEU scores and machines).
 TOKENS_PER_PARAMETER = 0.7
 PROBE_UPDATES = 3
 # (size) -> (seconds of the probed updates, target tokens they trained, parameters)

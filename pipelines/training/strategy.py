@@ -4,6 +4,11 @@ MultiWorkerMirroredStrategy when the TF_CONFIG environment variable names a clus
 process per worker, the chief being task `chief` 0, else `worker` 0); otherwise
 MirroredStrategy over every visible GPU, or over the logical CPU devices on a machine without
 one (a single device unless `tf.config.set_logical_device_configuration` split the CPU).
+
+Example:
+    >>> strategy = make_strategy()  # TF_CONFIG unset, no GPU: MirroredStrategy on the CPU
+    >>> is_chief(strategy), strategy.num_replicas_in_sync
+    (True, 1)
 """
 from __future__ import annotations
 

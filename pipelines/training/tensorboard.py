@@ -1,5 +1,9 @@
 """TensorBoard scalars, written with core TF (tf.summary.scalar needs the `tensorboard`
-package)."""
+package).
+
+Example:
+    >>> write_scalars(writer, step=1000, values={"train/loss": 4.21})
+"""
 from __future__ import annotations
 
 import tensorflow as tf

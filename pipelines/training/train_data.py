@@ -1,5 +1,11 @@
 """The train stage's input: the run's train shards as endless shuffled batches, sharded per
-worker (with their gold word alignments for guided-alignment training), and the token budget checked against the replicas that split it."""
+worker (with their gold word alignments for guided-alignment training), and the token budget
+checked against the replicas that split it.
+
+Example:
+    >>> check_batch_tokens(config, replicas=strategy.num_replicas_in_sync)
+    >>> dataset = strategy.distribute_datasets_from_function(train_dataset_fn(config, seed=1))
+"""
 from __future__ import annotations
 
 from typing import Callable
@@ -8,7 +14,7 @@ import tensorflow as tf
 
 from pipelines import InputError
 from pipelines.corpus.shards import train_alignments
-from pipelines.training.buckets import smallest_batch_tokens
+from pipelines.training.buckets import batch_tokens_problem
 from pipelines.config import PipelineConfig
 from pipelines.training.data import any_pair_fits, make_dataset
 from pipelines.paths import RunPaths
@@ -18,18 +24,15 @@ DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 
 def check_batch_tokens(config: PipelineConfig, replicas: int) -> None:
     """Refuses a train.batch_tokens whose per-replica share cannot hold a pair of the longest
-    length bucket (`pipelines.training.buckets.smallest_batch_tokens`; the config checked 1
+    length bucket (`pipelines.training.buckets.batch_tokens_problem`; the config checked 1
     replica).
 
     Raises:
-        InputError: naming the key, the replicas and the least value that works.
+        InputError: `train.batch_tokens: ` and the rule's message.
     """
-    smallest = smallest_batch_tokens(config.data.max_length, replicas)
-    if config.train.batch_tokens < smallest:
-        raise InputError(f"train.batch_tokens: {config.train.batch_tokens} over {replicas} "
-                         f"replicas cannot hold a pair of data.max_length "
-                         f"({config.data.max_length}) tokens in each replica's batch; set it "
-                         f"to at least {smallest}")
+    problem = batch_tokens_problem(config.train.batch_tokens, config.data.max_length, replicas)
+    if problem:
+        raise InputError(f"train.batch_tokens: {problem}")
 
 
 def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:

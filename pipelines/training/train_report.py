@@ -1,5 +1,12 @@
 """What the train stage reports: the summary of a run (`TrainSummary`) and the throughput and
-mean loss of a window of updates (`Window`)."""
+mean loss of a window of updates (`Window`).
+
+Example:
+    >>> window = Window()
+    >>> window.add(loss=4.2, tokens=4096, seconds=0.5)
+    >>> window.tokens_per_second()
+    8192.0
+"""
 from __future__ import annotations
 
 import dataclasses

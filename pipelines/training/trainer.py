@@ -10,6 +10,10 @@ of their batches. mixed_float16 adds dynamic loss scaling, whose skip-or-apply v
 taken once for all replicas and workers. `train.jit_compile` compiles the forward and backward
 passes with XLA, once per batch shape, with the loss in chunks of rows as without XLA (no
 [batch, time, vocab] logits).
+
+Example:
+    >>> trainer = Trainer(config, vocab_size, strategy, clock)
+    >>> loss = trainer.step(batches)  # one update: accumulate_steps batches per replica
 """
 from __future__ import annotations
 

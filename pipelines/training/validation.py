@@ -3,6 +3,10 @@ greedy or beam search on the first dev pairs), at their intervals (`Validator`).
 
 Both run on the model as it stands, outside any replica context (with a distribution strategy
 they read the first replica's variables), compiled once for any batch shape.
+
+Example:
+    >>> validator = Validator(config, model, tokenizer)
+    >>> validator.maybe_run(step, last=False, recipe=recipe, writer=writer, progress=progress)
 """
 from __future__ import annotations
 

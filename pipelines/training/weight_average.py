@@ -12,6 +12,10 @@ initial weights. A budget that compresses the recipe by r (`pipelines.training.b
 the average's horizon 1 / (1 - decay) by r too, so that it covers the same share of the run.
 Keras optimizers' own `use_ema` has a fixed momentum without that warm-up and updates in the
 replica context with an aggregation MirroredStrategy refuses, hence this module.
+
+Example:
+    >>> ema = WeightAverage(model.trainable_variables, decay=0.999)
+    >>> ema.update(model.trainable_variables, updates, applied)  # in the step
 """
 from __future__ import annotations
 
@@ -64,7 +68,7 @@ class WeightAverage(tf.Module):
 
     def model_variables(self, model: keras.Model) -> list[tf.Variable]:
         """model.variables with each trainable one replaced by its shadow: the list that
-        `pipelines.training.checkpoints.model_checkpoint` saves, so that the averaged weights
+        `pipelines.checkpoints.weights.model_checkpoint` saves, so that the averaged weights
         restore into any model of the same architecture."""
         shadows = {id(variable): shadow
                    for variable, shadow in zip(model.trainable_variables, self.shadows)}

@@ -1,32 +1,25 @@
-"""The ladder of model sizes that `model.preset: auto` chooses from (pipelines/training/
-size_choice.py), each named LAYERSxD_MODEL: encoder and decoder layers and model width, with
-d_ff = 4 d_model and 4 heads (the `small` preset's proportions), so that a smaller size trains
-more tokens in the same time; and the record of the size chosen for a run
-(checkpoints/model_size.json)."""
+"""The record of the model size `model.preset: auto` chose for a run
+(checkpoints/model_size.json): written by train (pipelines/training/size_choice.py) before the
+first update, read by a resumed train, average, evaluate and export, so that every stage builds
+the same size of pipelines.config.model.SIZE_LADDER.
+
+Example:
+    >>> SizeChoice("2x128", "the budget trains 0.9 tokens a parameter", {}).save(directory)
+    >>> recorded_size(directory)
+    '2x128'
+"""
 from __future__ import annotations
 
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 from pipelines import InputError
+from pipelines.config.model import SIZE_LADDER
 from pipelines.files import atomic_open
 from pipelines.paths import MODEL_RECORD
 
-AUTO_PRESET = "small"  # the preset whose other fields (dropout, label smoothing...) auto keeps
-SIZE_FIELDS = ("num_encoder_layers", "num_decoder_layers", "d_model", "d_ff", "num_heads")
-SIZE_LADDER: dict[str, dict[str, Any]] = {
-    name: dict(zip(SIZE_FIELDS, (layers, layers, width, 4 * width, 4)))
-    for name, layers, width in (("2x128", 2, 128), ("3x192", 3, 192), ("3x256", 3, 256))
-}
 SIZE_RECORD = "model_size.json"
-
-
-def largest_size() -> str:
-    """The ladder's largest size: what `auto` stands for in the checks made before train
-    chooses."""
-    return list(SIZE_LADDER)[-1]
 
 
 @dataclasses.dataclass(frozen=True)

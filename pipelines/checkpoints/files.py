@@ -1,6 +1,11 @@
 """A run's checkpoint files: finding them (the index, the newest complete one), checking one
 whole before a restore (`checkpoint_problem`: its index reads, its data files hold the bytes
 the index lists), and TensorFlow's read and write errors as one line naming the file.
+
+Example:
+    >>> prefixes = training_checkpoints(RunPaths(run_dir))  # oldest first
+    >>> checkpoint_step(prefixes[-1]), checkpoint_problem(prefixes[-1])
+    (6000, None)
 """
 from __future__ import annotations
 

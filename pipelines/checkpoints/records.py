@@ -3,6 +3,10 @@ resumed, averaged, fine-tuned or exported: the SentencePiece model (checkpoints/
 and the model config (model.json beside each kind of checkpoint; without one, the shapes of the
 checkpoint's variables), so that an edited `model` section or a vocabulary prepared again is
 one line naming the fields, not a traceback or wrong translations.
+
+Example:
+    >>> record_vocabulary(paths)  # train, at each save
+    >>> check_vocabulary(paths)  # average, evaluate, export, a resumed train: raises InputError
 """
 from __future__ import annotations
 

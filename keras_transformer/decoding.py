@@ -37,9 +37,10 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer.greedy import greedy_search
+from keras_transformer.decoding_settings import check_stop_rule
 from keras_transformer.search_primitives import (DEFAULTS, NEG_INF, Cache, SymbolsToLogitsFn,
                                                  best_hypotheses, cache_invariants,
-                                                 check_stop_rule, length_penalty,
+                                                 length_penalty,
                                                  log_probs_step, reorder_cache,
                                                  sentences_done, start_beams)
 from keras_transformer.top_k import beam_top_k

@@ -39,6 +39,14 @@ class DecodingSettingsError(ValueError):
         self.field = field
 
 
+def check_stop_rule(stop: str) -> None:
+    """Raises DecodingSettingsError (field "stop") unless `stop` is one of STOP_RULES: the
+    settings' check, and every search's."""
+    if stop not in STOP_RULES:
+        raise DecodingSettingsError("stop", f"must be one of {', '.join(STOP_RULES)}, "
+                                            f"got {stop!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodingSettings:
     """Beam search and its limits.
@@ -71,9 +79,7 @@ class DecodingSettings:
                 or self.alpha < 0:
             raise DecodingSettingsError("alpha", f"must be a number of at least 0, "
                                                  f"got {self.alpha!r}")
-        if self.stop not in STOP_RULES:
-            raise DecodingSettingsError("stop", f"must be one of {', '.join(STOP_RULES)}, "
-                                                f"got {self.stop!r}")
+        check_stop_rule(self.stop)
 
     def source_limit(self, model_max_length: int) -> int:
         """Source tokens kept, EOS included: max_source_length, at most the model's."""

@@ -33,19 +33,13 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from keras_transformer.decoding_settings import STOP_RULES, DecodingSettings
+from keras_transformer.decoding_settings import DecodingSettings
 
 Cache = dict[str, Any]
 SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
 
 NEG_INF = -1e9  # the score of an impossible hypothesis: finite, so no NaN from inf - inf
 DEFAULTS = DecodingSettings()  # alpha and the stop rule, unless given
-
-
-def check_stop_rule(stop: str) -> None:
-    """Raises ValueError unless `stop` is one of STOP_RULES."""
-    if stop not in STOP_RULES:
-        raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}; got {stop!r}")
 
 
 def length_penalty(length: tf.Tensor | int, alpha: float) -> tf.Tensor:

@@ -24,8 +24,9 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
+from keras_transformer.decoding_settings import check_stop_rule
 from keras_transformer.search_primitives import (DEFAULTS, NEG_INF, Cache, best_hypotheses,
-                                                 check_stop_rule, length_penalty, log_probs_step,
+                                                 length_penalty, log_probs_step,
                                                  reorder_cache, sentences_done, start_beams)
 from keras_transformer.top_k import beam_top_k
 

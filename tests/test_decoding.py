@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.decoding_settings import DecodingSettingsError
 from keras_transformer.decoding import beam_search
 from keras_transformer.greedy import greedy_search
 from keras_transformer.search_primitives import NEG_INF, length_penalty
@@ -238,6 +239,8 @@ def test_stop_full_ends_a_sentence_once_its_beam_has_finished():
     assert all(hyp[-1] == EOS for sentence in hyps for hyp in sentence)  # none hit 20 tokens
     assert row_steps["full"] < row_steps["bound"]  # "bound" searches on for better ones
     assert np.all(results["bound"][1][:, 0] >= scores[:, 0] - 1e-6)  # and may find them
-    with pytest.raises(ValueError, match="stop must be one of full, bound; got 'never'"):
+    with pytest.raises(DecodingSettingsError, match="must be one of full, bound, got 'never'") \
+            as refused:
         beam_search(table.from_ids, cache, tf.constant([3] * 4), beam_size=3, bos_id=BOS,
                     eos_id=EOS, stop="never")
+    assert refused.value.field == "stop"

@@ -22,7 +22,8 @@ tokenizer's graph, model.onnx and the detokenizer's graph (`onnx.compose`). Opse
   one);
 * only the optimizers that can change these graphs run (`OPTIMIZERS`), and an optimizer that
   fails fails the export: tf2onnx's default copies the whole graph before each optimizer to
-  skip one that fails, which was most of the conversion time of the nested Loops;
+  skip one that fails, a cost that grows with the nested Loops (docs/decoding-speed.md,
+  "ONNX Runtime: the graph rewrites and the session options");
 * its back-to-back optimizer is left out: it merges two Reshapes even when its reshape
   optimizer has written a 0 ("copy the input's dimension") into the second shape, which breaks
   attention's split into heads once a zero bias has been folded away (an untrained model).

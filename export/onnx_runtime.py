@@ -33,9 +33,10 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     """All graph optimizations, `threads` intra-op threads (default: one per CPU core) that
     sleep rather than spin between ops, sequential execution.
 
-    The decoding loop is a long chain of small ops: spinning threads (ONNX Runtime's default)
-    took 2-3x longer per sentence on a busy 2-core machine (bench/decode_speed.py), and
-    inter-op threads would only contend; basic graph optimizations were slower than all.
+    The decoding loop is a long chain of small ops: threads that spin between them (ONNX
+    Runtime's default) take the cores from the one that works, and inter-op threads would
+    only contend (docs/decoding-speed.md, "ONNX Runtime: the graph rewrites and the session
+    options").
     """
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -16,6 +16,12 @@ per batch (the longest source + extra_length) where ours is per sentence (docs/s
 heads (head 0 alone after guided-alignment training), gives word alignments
 (`keras_transformer.alignment`), so that `translate_batch(return_attention=True)` returns the
 attention the SavedModel's `align` reads.
+
+Example:
+    translator = Translator(model, spm_model_proto, DecodingSettings(beam_size=4))
+    directory = Path("runs/demo/export/ctranslate2")
+    paths = export_ctranslate2(translator, directory)  # float32/, int8/, spm.model, ...
+    CTranslate2Translator(directory, "int8").translate_lines(["Hello."])  # export.ct2_runtime
 """
 from __future__ import annotations
 

@@ -1,4 +1,20 @@
-"""Lines in, translations out, in batches of similar lengths (no TensorFlow import)."""
+"""Lines in, translations out, in batches of similar lengths (no TensorFlow import).
+
+The runtimes' line methods (SavedModel, ONNX, CTranslate2) batch through here:
+`translate_in_batches` sorts the lines by length (less padding), calls a batch function on at
+most `batch_size` of them at a time and returns its results in the lines' order;
+`scored_in_batches` and `sampled_in_batches` wrap a runtime's `translate` (sampled line i
+seeded seed + i); `normalize_spaces` and `decode_line` read a line as the graphs' tokenizer
+reads it (a run of whitespace and NUL as one space, each invalid UTF-8 byte as one U+FFFD);
+`prefix_problem` says why prefixes cannot be forced, or None.
+
+Example:
+    >>> translate_in_batches(lambda batch: [line.upper() for line in batch],
+    ...                      ["ccc", "a", "bb"], batch_size=2)
+    ['CCC', 'A', 'BB']
+    >>> normalize_spaces("one   two"), decode_line(b"caf\\xe9") == "caf\\ufffd"
+    ('one two', True)
+"""
 from __future__ import annotations
 
 import codecs

@@ -3,8 +3,18 @@ path (its newest complete version), an ONNX directory, a CTranslate2 model direc
 (ctranslate2/float32 or ctranslate2/int8), or a run's export/ directory holding them (its
 CTranslate2 model: float32).
 
-A file of an export that is missing, truncated or corrupt is an ExportError naming it. The
-ONNX runtime path imports no TensorFlow (see `export.onnx_runtime`).
+    resolve_export(path, runtime=None) -> (runtime "tf" | "onnx" | "ct2", directory)
+    open_translator(path, runtime=None, beam_size=None) -> a LineTranslator
+    open_saved_model(version_dir) -> SavedModelTranslator;  rebuild_translator(it, **settings)
+
+Without `runtime`, the first found of tf, onnx, ct2. A beam size other than the exported one
+rebuilds the SavedModel's weights into an in-process Translator; ONNX and CTranslate2 refuse it
+(re-export). A file of an export that is missing, truncated or corrupt is an ExportError naming
+it. The ONNX runtime path imports no TensorFlow (see `export.onnx_runtime`).
+
+Example:
+    translator = open_translator(Path("runs/demo"), runtime="onnx")  # runs/demo/export/onnx
+    translator.translate_lines(["Hello.", "How are you?"], batch_size=32)  # two strings
 """
 from __future__ import annotations
 

@@ -2,10 +2,8 @@
 strip a line's tags, translate its plain text, put every tag back around the target words
 aligned to the source words it surrounded.
 
-    line = parse_markup('Press <b>Save</b> now<x id="1"/>')
-    line.text                                   # "Press Save now": what is translated
-    restore_markup(line, "Appuyez sur Enregistrer maintenant", "0-0 0-1 1-2 2-3")
-    # 'Appuyez sur <b>Enregistrer</b> maintenant <x id="1"/>'
+    parse_markup(line) -> MarkupLine: its plain `text`, its tags (MarkupError if malformed)
+    restore_markup(line, translation, alignment "I-J ...") -> the translation with the tags
 
 Tags: `<name attr="v" ...>` ... `</name>` elements (nested, adjacent, empty: `<b></b>`) and
 self-closing `<name .../>` placeholders; attribute values in double or single quotes (a `>`
@@ -22,6 +20,13 @@ placeholder or empty element written against a word, with no space between (`wor
 source word before it (`word<x/>`), before that of the nearest one at or after it. Text
 outside tags is not unescaped (`&amp;` is translated as written). Anything else with `<` (a
 comment, a stray `<`, a tag that is never closed or closes another) is a MarkupError.
+
+Example:
+    >>> line = parse_markup('Press <b>Save</b> now<x id="1"/>')
+    >>> line.text  # what is translated
+    'Press Save now'
+    >>> restore_markup(line, "Appuyez sur Enregistrer maintenant", "0-0 0-1 1-2 2-3")
+    'Appuyez sur <b>Enregistrer</b> maintenant<x id="1"/>'
 """
 from __future__ import annotations
 

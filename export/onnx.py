@@ -29,6 +29,12 @@ tokenizer's graph, model.onnx and the detokenizer's graph (`onnx.compose`). Opse
   attention's split into heads once a zero bias has been folded away (an untrained model).
 
 Run the models with `export.onnx_runtime.OnnxTranslator`.
+
+Example:
+    paths = export_onnx(translator, Path("runs/demo/export/onnx"))  # a Translator
+    sorted(paths)  # model.onnx, model_int8.onnx, score.onnx, spm.model, translator.json,
+                   # translator.onnx
+    OnnxTranslator(paths["model.onnx"].parent).translate_lines(["Hello."])
 """
 from __future__ import annotations
 

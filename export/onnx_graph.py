@@ -1,17 +1,24 @@
-"""Rewrites of a converted ONNX model: loop invariants out of the beam-search Loops (the outer
-one that retires finished sentences and the inner one that steps the rest), and fused layer
-norms (the int8 model: export.onnx_quantize).
+"""Rewrites of a converted ONNX model, in place, each returning how many it made: loop
+invariants out of the beam-search Loops (the outer one that retires finished sentences and the
+inner one that steps the rest), weights into the Loop body that reads them, and fused layer
+norms. `export.onnx.convert` runs all three, in that order, on every model it converts.
 
 tf2onnx turns every tensor that the TF while loop captures (the weights, the encoder memory's
 projections) into a loop-carried value that the body passes through unchanged; ONNX Runtime
-then copies each of them at every decoding step (the decoder's weights: ~100 MB a step for
-the base model) and its quantizer, which looks for initializers, finds no weight to quantize
-inside the body. `hoist_loop_invariants` makes the body read them from the outer scope
-instead (what ONNX's implicit inputs are for): the same results, and the weights visible.
-`sink_initializers` then moves each weight into the body that reads it, where ONNX Runtime
-prepacks it for its matrix products. `fuse_layer_norms` replaces the 13 nodes of each of
-Keras's layer normalisations by one LayerNormalization, which neither tf2onnx nor ONNX
+then copies each of them at every decoding step (the decoder's weights included) and
+its quantizer (`export.onnx_quantize`), which looks for initializers, finds no weight to
+quantize inside the body. `hoist_loop_invariants` makes the body read them from the outer
+scope instead (what ONNX's implicit inputs are for): the same results, and the weights
+visible. `sink_initializers` then moves each weight into the body that reads it, where ONNX
+Runtime prepacks it for its matrix products. `fuse_layer_norms` replaces the 13 nodes of each
+of Keras's layer normalisations by one LayerNormalization, which neither tf2onnx nor ONNX
 Runtime does for the form Keras computes.
+
+Example:
+    model = graph.make_model("...")       # tf2onnx's output (a ModelProto)
+    hoist_loop_invariants(model)          # loop-carried values removed
+    sink_initializers(model)              # initializers moved into a Loop body
+    fuse_layer_norms(model)               # LayerNormalization nodes made
 """
 from __future__ import annotations
 

@@ -1,4 +1,13 @@
-"""model_int8.onnx: ONNX Runtime's dynamic int8 quantization of model.onnx, quietly."""
+"""model_int8.onnx: ONNX Runtime's dynamic int8 quantization of model.onnx, quietly.
+
+`quantize_int8(source, target)` quantizes the MatMul weights of `source` (the Loop bodies' too,
+once `export.onnx_graph` has made them visible initializers) to int8, activations per batch at
+run time, and writes `target`; the quantizer's warnings about the tensors it leaves in float32
+show only under a root logger below WARNING (`keras-transformer --verbose`).
+
+Example:
+    quantize_int8(Path("export/onnx/model.onnx"), Path("export/onnx/model_int8.onnx"))
+"""
 from __future__ import annotations
 
 import contextlib

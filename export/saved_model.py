@@ -6,12 +6,17 @@
 
 Its signatures are those of `export.translator.signatures.SIGNATURES` (each one's Translator
 function, inputs and outputs), each warmed up with a request of one line and one of them all.
-The graphs use core TF ops and TF Text ops of TF Serving's set (serving/tf_serving_text_ops.txt);
-the SentencePiece model is inside them.
+The graphs use core TF ops and TF Text ops of TF Serving's set
+(export/serving/tf_serving_text_ops.txt); the SentencePiece model is inside them.
 
 Each export takes a new integer version, 1 + the largest one present: it is written under a
 temporary name (`.export-*`; TF Serving reads integer names only) and renamed into place
-(`export.versions`), so a reader never sees a partial version.
+(`export.versions`), so a reader never sees a partial version. `SavedModelTranslator` loads a
+version back and translates through its signatures (`keras-transformer translate`, `score`).
+
+Example:
+    version = export_saved_model(translator, Path("runs/demo/export/saved_model"))  # .../1
+    SavedModelTranslator(version).translate(["Hello."])  # {"translation": [...], "score": ...}
 """
 from __future__ import annotations
 

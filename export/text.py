@@ -1,5 +1,16 @@
 """Text -> the source ids the exported graphs read: `Translator.translate` and the TF Serving
-warm-up requests of `translate_ids` encode lines so (`keras_transformer.tokenizer.Tokenizer`)."""
+warm-up requests of `translate_ids` encode lines so (`keras_transformer.tokenizer.Tokenizer`).
+
+    encode_text(text string [batch], model_proto, max_source_length) -> int32 [batch, time]
+
+Each line's pieces, whitespace runs read as one space, cut to `max_source_length` tokens with
+the EOS, then PAD; a blank line is its EOS alone. A guard line is encoded with every batch and
+dropped, so that a batch of only blank lines (or none) converts to ONNX.
+
+Example:
+    ids = encode_text(tf.constant(["Hello.", ""]), spm_model_proto, max_source_length=128)
+    # int32 [2, time]: [[pieces of "Hello.", EOS (3)], [3, PAD (0), ...]]
+"""
 from __future__ import annotations
 
 import tensorflow as tf

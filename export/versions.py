@@ -1,10 +1,22 @@
 """Integer-versioned directories, as TF Serving reads a model's base path (no TensorFlow import),
 and the staging directories they are built in.
 
+    versions(base_dir) -> [int], ascending;  latest_version(base_dir, *required) -> Path | None
+    staging_directory(parent, prefix) -> a new empty `parent/PREFIX-PID-XXXX`
+    publish_version(complete, base_dir) -> base_dir/<1 + the largest version>, by one rename
+
 A version appears by one rename of a complete directory, so a reader listing versions never
 sees a partial one; names other than integers (staging directories) are not versions. A
 staging directory is named after its process, so that a later export removes those of
 processes that died (killed, or a full disk) and a live concurrent export keeps its own.
+
+Example:
+    >>> import shutil, tempfile
+    >>> base = Path(tempfile.mkdtemp())
+    >>> staging = staging_directory(base, ".export")  # write the export in here, then:
+    >>> publish_version(staging, base).name, versions(base), latest_version(base).name
+    ('1', [1], '1')
+    >>> shutil.rmtree(base)
 """
 from __future__ import annotations
 

@@ -23,6 +23,11 @@ word-boundary mark or are a space byte) and the pieces after it up to the next s
 first real piece starts a word whatever it is. On text that SentencePiece wrote these are its
 whitespace-separated words. PAD, BOS and EOS belong to no word, so no word is aligned to the
 source's EOS.
+
+Example:
+    starts_word = word_starts(spm_model_proto)  # bool [vocab] (export.translator.align)
+    align_targets(model, source_ids, target_ids, starts_word)  # [batch, source], [batch,
+    # target] -> string [batch], e.g. [b"0-0 1-2 2-1", b""]
 """
 from __future__ import annotations
 
@@ -47,8 +52,9 @@ def alignment_head_count(config: ModelConfig) -> int:
 def target_attention(model: Transformer, source_ids: tf.Tensor,
                      target_ids: tf.Tensor) -> tf.Tensor:
     """float32 [batch, target, source]: row j is the attention of `alignment_layer` over the
-    source, averaged over its first `alignment_head_count` heads, at the step that predicts target piece j (its input: BOS then
-    the pieces before j). source_ids: pieces, EOS, PAD; target_ids: pieces then PAD."""
+    source, averaged over its first `alignment_head_count` heads, at the step that predicts
+    target piece j (its input: BOS then the pieces before j). source_ids: pieces, EOS, PAD;
+    target_ids: pieces then PAD."""
     target_ids = tf.cast(target_ids, tf.int32)
     batch = tf.shape(target_ids)[0]
     decoder_input = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)

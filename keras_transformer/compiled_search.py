@@ -12,6 +12,12 @@ batches, where finished sentences would keep many rows computing, the retiring
                                graph_search=None)
         -> as keras_transformer.translate.decode_hypotheses
     search = compiled_search(model, settings)  # one per model, traced once per shape
+
+Example:
+    search = compiled_search(model, settings)  # once per model
+    ids, scores = decode_hypotheses_compiled(model, source_ids, settings, search,
+                                             xla_max_batch=8)
+    # ids int32 [batch, beam, time], scores float32 [batch, beam], best first
 """
 from __future__ import annotations
 

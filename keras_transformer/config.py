@@ -1,4 +1,20 @@
-"""Model hyperparameters and the paper's presets (Table 3)."""
+"""Model hyperparameters and the paper's presets (Table 3), with no TensorFlow import.
+
+`ModelConfig` is frozen and checks every field when made (a ModelConfigError names the field,
+then any field it conflicts with); `from_preset` starts from `tiny`, `small`, `base` or `big`
+(PRESETS) and overrides fields; `to_dict` is what a saved model (`Transformer.get_config`) and
+an export's translator.json record.
+
+Example:
+    >>> config = ModelConfig.from_preset("base", vocab_size=8000)
+    >>> config.num_encoder_layers, config.d_model, config.num_heads, config.head_key_dim
+    (6, 512, 8, 64)
+    >>> try:
+    ...     ModelConfig(d_model=500, num_heads=8)
+    ... except ModelConfigError as error:
+    ...     print(error.fields)
+    ('d_model', 'num_heads')
+"""
 from __future__ import annotations
 
 import dataclasses

@@ -35,6 +35,13 @@ that could not be placed) returns its alive hypotheses; `keras_transformer.terms
 tells.
 Graph ops: core TF only (those of `beam_search`, GatherV2 with batch_dims, OneHot, Cumsum);
 no TensorArray.
+
+Example:
+    terms = tf.constant([[[57, 12], [0, 0]]])  # [batch 1, terms, pieces]: one term, one none
+    ids, scores = constrained_beam_search(fn, cache, max_lengths, terms, beam_size=4,
+                                          bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID,
+                                          word_end=word_end)  # [1, 4, time], [1, 4]
+    terms_found(ids[:, 0], terms, PAD_ID, word_end)  # [[True, True]]: 57 12 in the best
 """
 from __future__ import annotations
 

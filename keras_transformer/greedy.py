@@ -6,6 +6,12 @@ Beam search with beam size 1 runs it (its score then length-penalised).
     greedy_search(fn, initial_cache, max_decode_lengths, *, bos_id, eos_id, pad_id=0,
                   pick=None)
         -> ids int32 [batch, time] (no BOS, pad_id after EOS), summed log-probs float32 [batch]
+
+Example:
+    cache, max_lengths, _ = encode_for_search(model, source_ids, settings)  # translate.py
+    ids, log_probs = greedy_search(fn, cache, max_lengths, bos_id=BOS_ID, eos_id=EOS_ID,
+                                   pad_id=PAD_ID)  # ids [batch, time], log_probs [batch]
+    # fn(ids [batch, step + 1], step, cache) -> (logits [batch, vocab], cache)
 """
 from __future__ import annotations
 

@@ -1,6 +1,20 @@
 """Label-smoothed cross-entropy (section 5.4), summed over real target tokens: on logits, or
 fused with the tied pre-softmax projection and computed in chunks of rows for training (with or
-without XLA)."""
+without XLA).
+
+Both return (the loss summed over the tokens that are not PAD, their count), float32 scalars:
+the caller divides (the count all-reduced across replicas when distributed). The loss is the
+KL divergence from the smoothed target distribution, so a perfect prediction of it scores 0;
+the fused form gives the same values and gradients without the [batch, time, vocab] logits.
+
+Example:
+    loss_sum, tokens = label_smoothed_cross_entropy(labels, logits, smoothing=0.1)
+    # labels int [batch, time], logits [batch, time, vocab]
+    hidden = model.features(inputs, training=True)  # [batch, time, d_model]
+    loss_sum, tokens = projected_label_smoothed_cross_entropy(
+        labels, hidden, model.embedding.embeddings, smoothing=0.1)
+    loss = loss_sum / tokens
+"""
 from __future__ import annotations
 
 import tensorflow as tf

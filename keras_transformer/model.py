@@ -1,4 +1,19 @@
-"""The encoder-decoder Transformer (section 3, figure 1)."""
+"""The encoder-decoder Transformer (section 3, figure 1).
+
+`Transformer` (a Keras model built from a ModelConfig, one embedding matrix shared by source,
+target and the pre-softmax projection) owns the forward passes: teacher forcing on
+{"source_ids", "target_ids"} (the target starting with BOS) to float32 logits; `encode` and
+`decode_step` with its per-layer cache, for the searches; `attention_weights` and the features
+for alignments and training. Ids use `config.pad_id` as padding; `padding_mask` and
+`causal_mask` build the boolean masks the layers take.
+
+Example:
+    model = Transformer(ModelConfig.from_preset("tiny", vocab_size=8000))
+    logits = model({"source_ids": source_ids, "target_ids": target_in})  # [b, t, 8000]
+    memory, memory_mask = model.encode(source_ids)  # [b, s, 64], [b, 1, 1, s]
+    cache = model.init_cache(memory, memory_mask)
+    logits, cache = model.decode_step(last_ids, step, cache)  # last_ids [b] -> [b, 8000]
+"""
 from __future__ import annotations
 
 import keras

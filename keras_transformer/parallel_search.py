@@ -13,6 +13,11 @@ searches an empty batch.
         fn(source_ids [batch, time], *rows) -> (ids int32 [batch, beam, time],
                                                 scores float32 [batch, beam])
         rows: tensors [batch, ...] dealt out with the sources (None passes through)
+
+Example:
+    search = in_parallel(lambda source_ids, prefix_ids=None: decode_hypotheses(
+        model, source_ids, settings, prefix_ids), parts=2)
+    ids, scores = search(source_ids, prefix_ids)  # [batch, beam, time], [batch, beam]
 """
 from __future__ import annotations
 

@@ -13,6 +13,13 @@ samples alike in any batch and run (`translate` seeds line i with seed + i).
 
 Graph ops: Sort (TopKV2 over the vocabulary), Cumsum, StatelessMultinomial in a While loop
 over the rows (tf.map_fn: one seed per row), on top of greedy search's.
+
+Example:
+    sampling = Sampling(top_k=tf.constant([0, 40]), top_p=tf.constant([0.9, 1.0]),
+                        temperature=tf.constant([1.0, 0.7]),
+                        seed=tf.constant([7, 8], tf.int64))  # each [batch 2]
+    ids, log_probs = greedy_search(fn, cache, max_lengths, bos_id=BOS_ID, eos_id=EOS_ID,
+                                   pad_id=PAD_ID, pick=sample_picker(sampling))
 """
 from __future__ import annotations
 

@@ -1,4 +1,14 @@
-"""The paper's learning-rate schedule (section 5.3, eq. 3) and optimizer."""
+"""The paper's learning-rate schedule (section 5.3, eq. 3) and optimizer.
+
+`TransformerSchedule` gives lrate = scale * d_model^-0.5 * min(step_num^-0.5, step_num *
+warmup_steps^-1.5), step_num counting updates from 1; `warmup_steps` and `scale` may be
+variables that a trainer sets later. `paper_optimizer` is Adam(beta_1=0.9, beta_2=0.98,
+epsilon=1e-9) on it.
+
+Example:
+    optimizer = paper_optimizer(d_model=512, warmup_steps=4000)
+    TransformerSchedule(512, 4000)(3999)  # the peak, at step_num 4000: 512^-0.5 * 4000^-0.5
+"""
 from __future__ import annotations
 
 import keras

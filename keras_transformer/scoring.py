@@ -13,6 +13,11 @@ checks it in the graph (InvalidArgumentError naming the row's length), so nothin
 The score is the one beam search gives (`keras_transformer.decoding`): the summed
 log-probability divided by the GNMT length penalty of the pieces and the EOS, so that scoring a
 translation of `decode_sources` gives back its score.
+
+Example:
+    scores = score_targets(model, source_ids, target_ids, settings)
+    # source_ids [batch, source], target_ids [batch, target] ->
+    # token_log_probs [batch, target + 1], log_prob, score [batch], length int32 [batch]
 """
 from __future__ import annotations
 

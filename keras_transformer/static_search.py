@@ -2,12 +2,12 @@
 (`keras_transformer.compiled_search` runs it under `jit_compile`).
 
 The search of `keras_transformer.decoding.beam_search` (the same candidates, finished and alive
-sets, stop rules, length penalty and outputs: `keras_transformer.search_primitives`), but every tensor keeps its shape: sequences
-live in buffers of `length` positions written at the step's position, the scoring function
-gets a fixed-size cache (`Transformer.decode_step(..., fixed=True)`), and a sentence that is
-done stays in the batch, frozen, until every sentence is (no retiring: where finished
-sentences would keep many rows computing, at large batches, `beam_search` is faster on
-TensorFlow's own kernels).
+sets, stop rules, length penalty and outputs: `keras_transformer.search_primitives`), but every
+tensor keeps its shape: sequences live in buffers of `length` positions written at the step's
+position, the scoring function gets a fixed-size cache (`Transformer.decode_step(...,
+fixed=True)`), and a sentence that is done stays in the batch, frozen, until every sentence is
+(no retiring: where finished sentences would keep many rows computing, at large batches,
+`beam_search` is faster on TensorFlow's own kernels).
 
     static_beam_search(fn, initial_cache, max_decode_lengths, *, length, beam_size, bos_id,
                        eos_id, alpha=0.6, pad_id=0, stop="full")
@@ -17,6 +17,13 @@ fn(last_ids [n], step, cache) -> (logits [n, vocab], cache): n = batch * beam (r
 + k), `last_ids` the last token of each row (BOS at step 0). `ids` hold PAD after each
 hypothesis (and after `steps`, the number of steps the loop ran: `beam_search` returns
 ids[:, :, :steps]).
+
+Example:
+    ids, scores, steps = static_beam_search(
+        lambda last_ids, step, cache: model.decode_step(last_ids, step, cache, fixed=True),
+        cache, max_lengths, length=length, beam_size=4, bos_id=BOS_ID, eos_id=EOS_ID,
+        pad_id=PAD_ID)  # cache: model.init_cache(memory, memory_mask, length)
+    ids[:, :, :steps]  # int32 [batch, beam, steps], as beam_search returns them
 """
 from __future__ import annotations
 

@@ -7,6 +7,11 @@
 
 `terms` int [batch, terms, pieces]: each term's pieces then `pad_id` (a row of `pad_id`: no
 term).
+
+Example:
+    terms = tf.constant([[[5, 6], [9, 0]]])    # [batch 1, terms 2, pieces 2]
+    term_lengths(terms)                        # [[2, 1]]
+    terms_found(tf.constant([[4, 5, 6, 3, 0]]), terms)  # [[True, False]]
 """
 from __future__ import annotations
 

@@ -7,6 +7,12 @@ with none leading or trailing (every corpus is cleaned so; `tokenize` reads any 
 whitespace and NUL characters as one space), character for character: no Unicode
 normalization, no unknown token.
 Token ids: PAD_ID 0, UNK_ID 1, BOS_ID 2, EOS_ID 3.
+
+Example:
+    model_proto = train_sentencepiece(["train.src", "train.tgt"], vocab_size=8000)
+    tokenizer = Tokenizer(model_proto)  # or Tokenizer.from_file("spm.model")
+    ids = tokenizer.tokenize(tf.constant(["Hello  world."]), add_eos=True)  # int32 [1, (time)]
+    tokenizer.detokenize(ids.to_tensor(PAD_ID))  # [b"Hello world."]
 """
 from __future__ import annotations
 

@@ -3,16 +3,21 @@
     values, indices = chunked_top_k(scores [batch, n], k)  # as tf.math.top_k(scores, k)
 
 TensorFlow's CPU TopK keeps a heap per row and compares every element, a large share of a
-decoding step over beam x vocab candidates (docs/decoding-speed.md). Here each row is cut into chunks of CHUNK elements; one vectorized
-max per chunk, the k chunks of largest maximum, then TopK over those k * CHUNK elements only.
-An element among the k largest lies in one of those chunks (k chunk maxima at least as large
-would otherwise rank it k + 1-th or lower), so the result is TopK's, ties included: the chosen
-chunks are read in index order, and TopK returns the lower index first among equal values at
-both passes.
+decoding step over beam x vocab candidates (docs/decoding-speed.md). Here each row is cut into
+chunks of CHUNK elements; one vectorized max per chunk, the k chunks of largest maximum, then
+TopK over those k * CHUNK elements only. An element among the k largest lies in one of those
+chunks (k chunk maxima at least as large would otherwise rank it k + 1-th or lower), so the
+result is TopK's, ties included: the chosen chunks are read in index order, and TopK returns the
+lower index first among equal values at both passes.
 
 Beam search calls `beam_top_k`: the chunked form, or TopK itself in graphs traced within
 `plain_top_k()` (export/onnx.py: ONNX Runtime's TopK is fast, and the chunked form's extra
 nodes slow model.onnx down: docs/decoding-speed.md).
+
+Example:
+    values, indices = chunked_top_k(scores, k=8)  # scores [batch, beam * vocab] -> [batch, 8]
+    with plain_top_k():  # while tracing the graph to export to ONNX
+        values, indices = beam_top_k(scores, k=8)  # tf.math.top_k itself
 """
 from __future__ import annotations
 

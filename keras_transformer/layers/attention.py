@@ -1,5 +1,19 @@
 """Multi-head scaled dot-product attention (section 3.2), with projected keys/values exposed
-so that a decoder can cache them."""
+so that a decoder can cache them.
+
+`MultiHeadAttention` attends from a query [batch, q_time, d_model] over a key_value sequence
+(itself by default) or over keys and values already projected by `project_key_value`
+([batch, heads, k_time, d_k|d_v]); a mask is boolean, broadcastable to [batch, heads, q_time,
+k_time], True keeping a position; the scores and softmax are float32 whatever the layer's
+dtype. `record_attention` wraps a call as a sub-layer function that keeps its weights.
+
+Example:
+    attention = MultiHeadAttention(num_heads=8, key_dim=64, value_dim=64)
+    y = attention(x, attention_mask=padding_mask)  # [batch, time, d_model]
+    key, value = attention.project_key_value(memory)  # [batch, 8, source_time, 64] each
+    y, weights = attention(x, key=key, value=value, return_attention_scores=True)
+    # weights float32 [batch, 8, time, source_time]
+"""
 from __future__ import annotations
 
 from typing import Callable
@@ -21,7 +35,7 @@ class MultiHeadAttention(keras.layers.Layer):
     Masks are boolean and broadcastable to [batch, heads, query_time, key_time]; True keeps a
     position. Example:
         attention = MultiHeadAttention(num_heads=8, key_dim=64, value_dim=64)
-        outputs = attention(x, x, mask=padding_mask)  # [batch, time, d_model]
+        outputs = attention(x, x, attention_mask=padding_mask)  # [batch, time, d_model]
     """
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: int, dropout: float = 0.0,

@@ -1,5 +1,17 @@
 """One decoder layer (section 3.1): masked self-attention, encoder-decoder attention and a
-feed-forward network, with a key/value cache for incremental decoding."""
+feed-forward network, with a key/value cache for incremental decoding.
+
+`DecoderLayer` takes `EncoderLayer`'s arguments. Teacher forcing decodes a whole target at
+once under a causal mask; incremental decoding keeps, per layer, the self-attention keys/values
+of the earlier positions (growing, or of a fixed `length` for XLA) and the encoder-decoder
+keys/values, projected once from the memory (`LayerCache`).
+
+Example:
+    layer = DecoderLayer(num_heads=8, key_dim=64, value_dim=64, d_ff=2048, dropout=0.1)
+    y = layer(x, memory, causal_mask, memory_mask)  # [batch, target_time, d_model]
+    cache = layer.init_cache(memory)  # memory [batch, source_time, d_model]
+    y, cache = layer.step(x_t, cache, memory_mask)  # x_t [batch, 1, d_model]
+"""
 from __future__ import annotations
 
 import keras

@@ -1,5 +1,16 @@
 """One embedding matrix shared by the source, the target and the pre-softmax projection
-(section 3.4)."""
+(section 3.4).
+
+`SharedEmbedding` looks ids up and scales them by sqrt(d_model); `logits` projects decoder
+states back onto the vocabulary with the same matrix transposed, in float32 whatever the
+compute dtype; `output_kernel` gives that transposed matrix once, for a decoding loop.
+
+Example:
+    embedding = SharedEmbedding(vocab_size=8000, d_model=512)
+    x = embedding(ids)                   # int [batch, time] -> [batch, time, 512]
+    kernel = embedding.output_kernel()   # [512, 8000], before the loop
+    logits = embedding.logits(h, kernel)  # [batch, time, 512] -> float32 [batch, time, 8000]
+"""
 from __future__ import annotations
 
 import keras

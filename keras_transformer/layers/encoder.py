@@ -1,4 +1,13 @@
-"""One encoder layer (section 3.1): self-attention and a feed-forward network."""
+"""One encoder layer (section 3.1): self-attention and a feed-forward network.
+
+`EncoderLayer` wraps each in a `ResidualSublayer` (residual dropout, layer normalisation,
+post-norm or pre-norm) and maps [batch, time, d_model] to the same shape; a padding mask
+[batch, 1, 1, time] (True: a real token) keeps attention off PAD. `DecoderLayer` extends it.
+
+Example:
+    layer = EncoderLayer(num_heads=8, key_dim=64, value_dim=64, d_ff=2048, dropout=0.1)
+    y = layer(x, padding_mask, training=True)  # [batch, time, d_model]
+"""
 from __future__ import annotations
 
 import keras

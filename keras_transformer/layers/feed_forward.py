@@ -1,4 +1,13 @@
-"""Position-wise feed-forward network (section 3.3, eq. 2)."""
+"""Position-wise feed-forward network (section 3.3, eq. 2).
+
+`PositionwiseFeedForward` computes max(0, x W1 + b1) W2 + b2 at each position alike, with an
+inner size `d_ff` and optional dropout on the ReLU activations; its output width is its
+input's (d_model, known when built).
+
+Example:
+    ffn = PositionwiseFeedForward(d_ff=2048)
+    y = ffn(x)  # [batch, time, d_model] -> [batch, time, d_model]
+"""
 from __future__ import annotations
 
 import keras

@@ -1,5 +1,16 @@
 """Positional encodings (section 3.5): the paper's sinusoids, or learned embeddings
-(Table 3, row E)."""
+(Table 3, row E).
+
+Both layers add the encoding of positions start, start + 1, ... to [batch, time, d_model]
+(`start`: the decoding step). `sinusoidal_table` is the interleaved sine/cosine table (no
+weights, any length; the CTranslate2 export writes it out); `LearnedPositionalEmbedding` has
+`max_length` positions, and a later position reads the last one.
+
+Example:
+    table = sinusoidal_table(tf.range(128), d_model=512)  # float32 [128, 512]
+    x = SinusoidalPositionalEncoding()(embedded)              # positions 0..time-1
+    x = LearnedPositionalEmbedding(1024)(embedded, start=step)  # one decoding step
+"""
 from __future__ import annotations
 
 import keras

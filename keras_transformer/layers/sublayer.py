@@ -1,4 +1,13 @@
-"""Residual connection, dropout and layer normalisation around a sub-layer (section 3.1, 5.4)."""
+"""Residual connection, dropout and layer normalisation around a sub-layer (section 3.1, 5.4).
+
+`ResidualSublayer` computes LayerNorm(x + Dropout(Sublayer(x))) (post-norm, the paper's) or,
+with `norm_first`, x + Dropout(Sublayer(LayerNorm(x))) (pre-norm); the sub-layer is a function
+of [batch, time, d_model] given at each call, so its own layer keeps its weights.
+
+Example:
+    block = ResidualSublayer(dropout=0.1)
+    y = block(x, sublayer=lambda h: ffn(h, training=True), training=True)  # x's shape
+"""
 from __future__ import annotations
 
 from typing import Callable

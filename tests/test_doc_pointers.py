@@ -14,7 +14,11 @@ with its file:line, so that a pointer cannot slip past the check in a form it do
 
 Links in README.md, ARCHITECTURE.md and docs/*.md (`[text](path#anchor)`) name existing files,
 and their anchors headings of the target by GitHub's slug rule.
+
+Every module of the packages (`__init__.py` aside) has a module docstring with an example
+(issue 45): what it owns, its contract, then `Example:` or a doctest.
 """
+import ast
 import re
 from pathlib import Path
 
@@ -33,6 +37,7 @@ MALFORMED_TAIL = re.compile(r"#\w|" + BREAK + r"""[,:]?""" + BREAK + r"""["â€œâ€
                             + BREAK + r"[A-Z]")
 BARE_README = re.compile(r"\bREADME\b(?!\.md)")
 OTHER_DOCS_PATH = re.compile(r"(?<![\w/.])docs/(?![\w-]+\.md\b)")
+PACKAGES = ("keras_transformer", "export", "pipelines")
 FENCE = re.compile(r"^[ \t]*(```|~~~)")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -177,3 +182,32 @@ def test_the_link_check_finds_a_missing_file_and_anchor(tmp_path):
     problems = link_problems([tmp_path / "a.md", tmp_path / "b.md"])
     assert [problem.split(":")[-2:] for problem in problems] == [
         ["3", " no file c.md"], ["3", " a.md has no heading #its-section"]], problems
+
+
+def modules_without_example(paths: list[Path]) -> list[str]:
+    """The files of `paths` whose module docstring is missing or has neither "Example" nor a
+    doctest (">>>")."""
+    lacking = []
+    for path in paths:
+        docstring = ast.get_docstring(ast.parse(path.read_text(), str(path))) or ""
+        if "Example" not in docstring and ">>>" not in docstring:
+            lacking.append(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path))
+    return lacking
+
+
+def package_modules() -> list[Path]:
+    return [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+            if path.name != "__init__.py" and "__pycache__" not in path.parts]
+
+
+def test_every_module_docstring_has_an_example():
+    assert modules_without_example(package_modules()) == []
+
+
+def test_the_example_check_names_the_modules_that_lack_one(tmp_path):
+    (tmp_path / "example.py").write_text('"""Owns x.\n\nExample:\n    x()\n"""\n')
+    (tmp_path / "doctest.py").write_text('"""Owns y.\n\n    >>> y()\n"""\n')
+    (tmp_path / "summary.py").write_text('"""Owns z, no example."""\n')
+    (tmp_path / "none.py").write_text('EXAMPLE = "not a docstring"\n')
+    lacking = modules_without_example(sorted(tmp_path.glob("*.py")))
+    assert lacking == [str(tmp_path / "none.py"), str(tmp_path / "summary.py")], lacking

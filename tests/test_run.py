@@ -27,7 +27,7 @@ SLICE = {"train": 400, "dev": 12, "test": 12}
 @pytest.fixture(scope="module")
 def tiny_config(demo_run, tmp_path_factory) -> Path:
     """A `files` corpus cut from the prepared demo corpus, and a config training the tiny
-    preset for 40 steps."""
+    preset (one layer a side) for 12 steps."""
     root = tmp_path_factory.mktemp("tiny_run")
     splits = {}
     data = demo_run.run_dir / "data"
@@ -43,11 +43,16 @@ def tiny_config(demo_run, tmp_path_factory) -> Path:
     config = {
         "name": "tiny", "run_dir": str(root / "runs" / "tiny"),
         "data": {"source": "files", **splits, "vocab_size": 400, "max_length": 64},
-        "model": {"preset": "tiny", "max_length": 128, "dtype": "float32"},
-        "train": {"batch_tokens": 1024, "steps": 40, "warmup_steps": 20,
-                  "checkpoint_every_steps": 10, "keep_checkpoints": 3, "average_last": 3,
-                  "validate_every_steps": 20, "bleu_every_steps": 40, "bleu_max_sentences": 12,
-                  "log_every_steps": 10},
+        # One layer a side: each stage traces or converts the model (a third less CPU than the
+        # tiny preset's two); the exports' parity over layers is tests/test_export.py's.
+        "model": {"preset": "tiny", "num_encoder_layers": 1, "num_decoder_layers": 1,
+                  "max_length": 128, "dtype": "float32"},
+        # Enough steps for every training event (3 checkpoints kept and averaged, 2
+        # validations, a BLEU); the stages cost their traces, the steps little.
+        "train": {"batch_tokens": 1024, "steps": 12, "warmup_steps": 6,
+                  "checkpoint_every_steps": 4, "keep_checkpoints": 3, "average_last": 3,
+                  "validate_every_steps": 6, "bleu_every_steps": 12, "bleu_max_sentences": 12,
+                  "log_every_steps": 4},
         "evaluate": {"beam_size": 2, "splits": ["dev", "test"]},
     }
     path = root / "tiny.yaml"
@@ -120,9 +125,9 @@ def test_every_stage_writes_what_it_promises(first_run):
         for path in pair:
             assert len(path.read_text().splitlines()) == SLICE[split]
     assert (run_path / "vocab" / "spm.model").stat().st_size > 0
-    assert (run_path / "checkpoints" / "ckpt-40.index").exists()
+    assert (run_path / "checkpoints" / "ckpt-12.index").exists()
     assert list((run_path / "logs").rglob("events.out.tfevents.*"))
-    assert json.loads((run_path / "logs" / "train_summary.json").read_text())["step"] == 40
+    assert json.loads((run_path / "logs" / "train_summary.json").read_text())["step"] == 12
     assert (run_path / "checkpoints" / "averaged" / "ckpt.index").exists()
     for split in ("dev", "test"):
         hypotheses = (run_path / "eval" / f"{split}.hyp").read_text().split("\n")[:-1]
@@ -250,16 +255,22 @@ def test_each_stage_is_stale_only_for_the_keys_it_reads(first_run, tiny_config):
 
 def test_a_subset_of_export_formats(first_run, tiny_config):
     config, _, _ = first_run
-    saved_model_only = variant(tiny_config, "saved_model_only",
-                               lambda c: c.setdefault("export", {}).update(formats=["saved_model"]))
-    shutil.rmtree(config.run_path / "export")
     export = next(stage for stage in STAGES if stage.name == "export")
-    assert stale_reason(saved_model_only, export) == "export.formats changed"
-    assert run(saved_model_only, only="export", echo=lambda text: None) == ["export"]
-    assert not (config.run_path / "export" / "onnx").exists()
-    assert stale_reason(saved_model_only, export) is None  # no ONNX expected
-    text = report(saved_model_only).splitlines()
-    assert sum(line.startswith("  tf        ") for line in text) == 3
-    assert not any("onnx" in line for line in text)
-    (config.run_path / "export" / "saved_model" / "1" / "saved_model.pb").unlink()
-    assert stale_reason(saved_model_only, export).startswith("missing")  # a version deleted
+    graph = config.run_path / "export" / "saved_model" / "1" / "saved_model.pb"
+    graph.unlink()
+    assert stale_reason(config, export) == f"missing {graph}"  # a version deleted
+    # The subset is CTranslate2 alone: the format that exports in a second (a SavedModel takes
+    # 8 s, ONNX 12 s); first_run exported all three.
+    ct2_only = variant(tiny_config, "ct2_only",
+                       lambda c: c.setdefault("export", {}).update(formats=["ctranslate2"]))
+    shutil.rmtree(config.run_path / "export")
+    assert stale_reason(ct2_only, export) == "export.formats changed"
+    assert run(ct2_only, only="export", echo=lambda text: None) == ["export"]
+    assert sorted(path.name for path in (config.run_path / "export").iterdir()) == ["ctranslate2"]
+    assert stale_reason(ct2_only, export) is None  # no SavedModel or ONNX expected
+    text = report(ct2_only).splitlines()
+    assert sum(line.startswith("  ct2       ") for line in text) == 3
+    assert not any("onnx" in line or line.startswith("  tf ") for line in text)
+    model = config.run_path / "export" / "ctranslate2" / "int8" / "model.bin"
+    model.unlink()
+    assert stale_reason(ct2_only, export) == f"missing {model}"

@@ -7,6 +7,7 @@ import importlib.util
 import socket
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import tensorflow_datasets as tfds
@@ -61,10 +62,24 @@ def test_verse_cleaning():
     assert clean_verse("dijo: \xadAy Señor! JAH", BIBLES["es"], 4) == "dijo: ¡Ay Señor! JAH"
 
 
+@pytest.fixture(scope="module")
+def bible() -> Callable[[str], Corpus]:
+    """load_corpus of a bible source, each loaded once per module (about 0.5 s a load):
+    tests only read it."""
+    loaded: dict[str, Corpus] = {}
+
+    def load(source: str) -> Corpus:
+        if source not in loaded:
+            loaded[source] = load_corpus(DataConfig(source=source))
+        return loaded[source]
+
+    return load
+
+
 @pytest.mark.parametrize("source", ["bible:en-fr", "bible:en-de", "bible:en-es"])
-def test_bible_pairs_split_by_chapter_deterministically(source):
-    corpus = load_corpus(DataConfig(source=source))
-    assert checksum(load_corpus(DataConfig(source=source))) == checksum(corpus)
+def test_bible_pairs_split_by_chapter_deterministically(source, bible):
+    corpus = bible(source)
+    assert checksum(load_corpus(DataConfig(source=source))) == checksum(corpus)  # a new load
     sizes = {split: len(pairs) for split, pairs in corpus.splits.items()}
     assert 28_000 < sizes["train"] < 29_500
     assert 950 <= sizes["dev"] <= 1050 and 950 <= sizes["test"] <= 1050
@@ -81,9 +96,9 @@ def test_bible_pairs_split_by_chapter_deterministically(source):
     assert not any(ch in s + t for s, t in everything for ch in "`[]\xad\t\n")
 
 
-def test_bible_held_out_chapters_are_the_same_for_every_language_pair():
-    dev_de = load_corpus(DataConfig(source="bible:en-de")).splits["dev"]
-    dev_fr = load_corpus(DataConfig(source="bible:en-fr")).splits["dev"]
+def test_bible_held_out_chapters_are_the_same_for_every_language_pair(bible):
+    dev_de = bible("bible:en-de").splits["dev"]
+    dev_fr = bible("bible:en-fr").splits["dev"]
     assert len({s for s, _ in dev_de} & {s for s, _ in dev_fr}) > 950
 
 

@@ -106,11 +106,15 @@ def dataset_fn(batches: list[dict[str, np.ndarray]]):
     import tensorflow as tf
 
     spec = tf.TensorSpec([None, None], tf.int32)
+    # No tf.data autotuning: the end of a run would wait for its thread (`keep_iterators`);
+    # without a distributed wrapper's own (the default strategy) that wait is gone.
+    options = tf.data.Options()
+    options.autotune.enabled = False
 
     def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
         return tf.data.Dataset.from_generator(
             lambda: iter(batches), output_signature={"source_ids": spec, "target_ids": spec}
-        ).repeat()
+        ).repeat().with_options(options)
 
     return make
 

@@ -1,6 +1,6 @@
-"""Subprocess of tests/test_train.py: splits the CPU into 2 logical devices (before TF starts;
-GPUs hidden),
-then trains the same updates three ways from the same initial weights and prints JSON:
+"""Subprocess of tests/test_distributed.py: splits the CPU into 2 logical devices (before TF
+starts; GPUs hidden), then trains the same updates three ways from the same initial weights and
+prints JSON:
 
 * `merged`: 1 replica on the merged batches (one per update);
 * `replicas`: MirroredStrategy over both devices (`make_strategy`), a half per replica;

@@ -177,10 +177,10 @@ class _KeptIterators:
 
 def keep_iterators(run) -> None:
     """Keeps the iterators of `run`'s (a TrainingRun's) dataset alive for a subprocess
-    script that ends with os._exit: TensorFlow destroys the iterator of a distributed dataset
-    only when its tf.data autotuning thread next wakes, at 10 ms x (2^k - 1) of the iterator's
-    age (5 s, 10 s, 20 s, 41 s...), so the end of a run would otherwise wait up to its own
-    length again, idle (measured in tests/replicas_script.py: runs of 11 s took 20.5 s)."""
+    script that ends with os._exit: the destructor of a distributed dataset's iterator waits
+    for its tf.data autotuning thread to wake, at 10 ms x (2^k - 1) of the iterator's age
+    (5.1 s, 10.2 s, 20.5 s, 41 s...), so the end of a run would otherwise idle up to its own
+    length again (measured in tests/replicas_script.py: runs of 11 s took 20.5 s)."""
     run.dataset = _KeptIterators(run.dataset)
 
 

@@ -1,5 +1,5 @@
-"""Subprocess of tests/test_train.py: one MultiWorkerMirroredStrategy worker (TF_CONFIG set by
-the test) trains the run of CONFIG as `keras-transformer train` does, saves its final
+"""Subprocess of tests/test_distributed.py: one MultiWorkerMirroredStrategy worker (TF_CONFIG set
+by the test) trains the run of CONFIG as `keras-transformer train` does, saves its final
 variables to OUT (.npz) and ends as the CLI ends a worker.
 
 --overflow-at N makes this worker's gradients infinite at update N (when it holds replica 1);

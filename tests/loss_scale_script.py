@@ -1,8 +1,8 @@
 """Subprocess of tests/test_distributed.py: mixed_float16 on 2 logical CPU devices
-(MirroredStrategy, as `make_strategy` builds it), replica 1's gradients made infinite at
-update 2. Runs three updates and prints JSON: per call, whether it reported finite gradients, the optimizer's
-iterations, the loss scale, how far the weights moved, whether they are all finite, and whether
-the two replicas' copies are identical.
+(MirroredStrategy, as `make_strategy` builds it), replica 1's gradients made infinite at update
+2. Runs three updates and prints JSON: per call, whether it reported finite gradients, the
+optimizer's iterations, the loss scale, how far the weights moved, whether they are all finite,
+and whether the two replicas' copies are identical.
 
 Usage: python tests/loss_scale_script.py CONFIG
 """

@@ -1,8 +1,8 @@
-"""Subprocess of tests/test_train.py: mixed_float16 on 2 logical CPU devices (MirroredStrategy,
-as `make_strategy` builds it), replica 1's gradients made infinite at update 2. Runs three
-updates and prints JSON: per call, whether it reported finite gradients, the optimizer's
-iterations, the loss scale, how far the weights moved, whether they are all finite, and whether
-the two replicas' copies are identical.
+"""Subprocess of tests/test_distributed.py: mixed_float16 on 2 logical CPU devices
+(MirroredStrategy, as `make_strategy` builds it), replica 1's gradients made infinite at update
+2. Runs three updates and prints JSON: per call, whether it reported finite gradients, the
+optimizer's iterations, the loss scale, how far the weights moved, whether they are all finite,
+and whether the two replicas' copies are identical.
 
 Usage: python tests/loss_scale_script.py CONFIG
 """
@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 
 import numpy as np
 
-from tiny_run import dataset_fn, overflow_replica_1_at, synthetic_halves, use_two_logical_cpus
+from tiny_run import (KEPT_ITERATORS, dataset_fn, overflow_replica_1_at, synthetic_halves,
+                      use_two_logical_cpus)
 
 use_two_logical_cpus()
 
@@ -36,6 +38,7 @@ def main(config_path: str) -> None:
         dataset_fn(synthetic_halves(3, vocab_size)))
     trainer.compile(dataset.element_spec)
     batches = iter(dataset)
+    KEPT_ITERATORS.append(batches)  # destroyed by os._exit: see tiny_run.keep_iterators
     calls = []
     for _ in range(3):
         before = [v.numpy() for v in trainer.model.trainable_variables]
@@ -49,7 +52,8 @@ def main(config_path: str) -> None:
             "replicas_equal": all(_replicas_equal(strategy, v)
                                   for v in trainer.model.trainable_variables)})
     print(json.dumps({"replicas": strategy.num_replicas_in_sync,
-                      "initial_scale": trainer.optimizer.initial_scale, "calls": calls}))
+                      "initial_scale": trainer.optimizer.initial_scale, "calls": calls}),
+          flush=True)
 
 
 def _replicas_equal(strategy, variable) -> bool:
@@ -59,3 +63,4 @@ def _replicas_equal(strategy, variable) -> bool:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    os._exit(0)  # the report is printed; the kept iterator is not destroyed

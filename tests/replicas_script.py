@@ -1,6 +1,6 @@
-"""Subprocess of tests/test_train.py: splits the CPU into 2 logical devices (before TF starts;
-GPUs hidden),
-then trains the same updates three ways from the same initial weights and prints JSON:
+"""Subprocess of tests/test_distributed.py: splits the CPU into 2 logical devices (before TF
+starts; GPUs hidden), then trains the same updates three ways from the same initial weights and
+prints JSON:
 
 * `merged`: 1 replica on the merged batches (one per update);
 * `replicas`: MirroredStrategy over both devices (`make_strategy`), a half per replica;
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 
 import numpy as np
 import tensorflow as tf
 
-from tiny_run import dataset_fn, merged, synthetic_halves, use_two_logical_cpus
+from tiny_run import (dataset_fn, keep_iterators, merged, synthetic_halves,
+                      use_two_logical_cpus)
 
 use_two_logical_cpus()
 
@@ -49,6 +51,7 @@ def main(config_path: str, steps: int) -> None:
         (run_config.run_path / "vocab").mkdir(parents=True, exist_ok=True)
         (run_config.run_path / "vocab" / "spm.model").write_bytes(spm_model)
         run = TrainingRun(run_config, strategy=strategy, dataset_fn=dataset_fn(batches))
+        keep_iterators(run)  # destroyed by os._exit: no idle wait at the end of each run
         initial[name] = _weights(run.trainer.model)
         run.run()
         final[name] = _weights(run.trainer.model)
@@ -64,7 +67,7 @@ def main(config_path: str, steps: int) -> None:
                          for name in runs},
         "max_diff": {name: _max_diff(final["merged"], final[name], "other") for name in runs},
         "key_bias_diff": {name: _max_diff(final["merged"], final[name], "key_bias")
-                          for name in runs}}))
+                          for name in runs}}), flush=True)
 
 
 def _weights(model) -> Weights:
@@ -81,3 +84,4 @@ def _max_diff(first: Weights, second: Weights, kind: str) -> float:
 
 if __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]))
+    os._exit(0)  # the report is printed; the kept iterators are not destroyed

@@ -1,5 +1,5 @@
-"""Subprocess of tests/test_train.py: one MultiWorkerMirroredStrategy worker (TF_CONFIG set by
-the test) trains the run of CONFIG as `keras-transformer train` does, saves its final
+"""Subprocess of tests/test_distributed.py: one MultiWorkerMirroredStrategy worker (TF_CONFIG set
+by the test) trains the run of CONFIG as `keras-transformer train` does, saves its final
 variables to OUT (.npz) and ends as the CLI ends a worker.
 
 --overflow-at N makes this worker's gradients infinite at update N (when it holds replica 1);
@@ -17,7 +17,7 @@ from pipelines.training.budget import TrainingClock
 from pipelines.config import load_config
 from pipelines.training.strategy import exit_worker
 from pipelines.training.train import TrainingRun
-from tiny_run import overflow_replica_1_at
+from tiny_run import keep_iterators, overflow_replica_1_at
 
 
 def skew_clock(seconds: float) -> None:
@@ -36,6 +36,7 @@ if __name__ == "__main__":
         overflow_replica_1_at(args.overflow_at)
     skew_clock(args.clock_skew)
     run = TrainingRun(load_config(args.config))
+    keep_iterators(run)  # exit_worker ends the process before they are destroyed
     print(run.run().format())
     np.savez(args.out, *[variable.numpy() for variable in run.trainer.model.variables])
     exit_worker(0)

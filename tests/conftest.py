@@ -32,17 +32,18 @@ from pipelines.corpus.prepare import PrepareSummary, prepare
 
 
 # The files that take a worker longest, slowest first (seconds of one worker in a full run on
-# a 2-core AMD EPYC Zen 3, from `pytest --junitxml`'s test times summed per file, about 270 s
-# down to 40 s); every other file after them, in collection order. xdist's loadfile hands files
+# a 2-core AMD EPYC Zen 4, from `pytest --junitxml`'s test times summed per file, about 85 s
+# down to 10 s); every other file after them, in collection order. xdist's loadfile hands files
 # out in this order (the Makefile's --no-loadscope-reorder: xdist's own order is by the number
 # of tests in a file), so long files start early and short ones fill the end. test_export
 # comes first: it builds the shared export fixtures that 18 other files use.
 SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
-    "test_export.py", "test_train.py", "test_distributed.py", "test_run.py", "test_data.py",
-    "test_serving.py", "test_terminology.py", "test_saved_model.py", "test_xla_saved_model.py",
-    "test_faults.py", "test_fine_tune.py", "test_parallel_search.py", "test_translate.py",
-    "test_model_size.py", "test_model.py", "test_alignment.py", "test_static_search.py",
-    "test_scoring.py", "test_onnx.py")
+    "test_export.py", "test_distributed.py", "test_train.py", "test_xla_saved_model.py",
+    "test_budget.py", "test_run.py", "test_faults.py", "test_terminology.py",
+    "test_saved_model.py", "test_model.py", "test_serving.py", "test_translate.py",
+    "test_data.py", "test_fine_tune.py", "test_onnx.py", "test_static_search.py",
+    "test_model_size.py", "test_guided_alignment.py", "test_best_checkpoints.py",
+    "test_prepare.py", "test_translator.py", "test_sources.py")
 
 
 # The fixtures that prepare, train or export a run (every fixture built on them is too).

@@ -142,15 +142,13 @@ def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_cl
     greedy = dataclasses.replace(config, evaluate=dataclasses.replace(
         config.evaluate, beam_size=1, extra_length=5))  # a short decode of every dev line
     assert evaluate(greedy, split="dev").sentences == 40
-    # Resuming with the budget spent does no update and keeps the clock and the plan.
+    # Resuming with the 1 s left, which cannot fit the first update (it compiles again: 10 s
+    # last time), does no update and keeps the clock and the plan.
     again = scripted_time.timed_run(config).run()
+    assert "the 1 s left of the 1-minute budget cannot fit the first update, which compiles " \
+        "(10 s last time)" in capsys.readouterr().out
     assert again.start_step == again.step == summary.step and again.ended_by == "budget"
     assert again.seconds == summary.seconds and again.planned_steps == summary.planned_steps
-    # 5 s more cannot fit the first update, which compiles again (10 s last time).
-    briefly = dataclasses.replace(config, train=dataclasses.replace(config.train,
-                                                                    max_minutes=65 / 60))
-    refused = scripted_time.timed_run(briefly).run()
-    assert refused.start_step == refused.step == summary.step
     # Half a minute more: training goes on from the checkpoint, with the time spent counted,
     # and plans anew for the new budget.
     longer = dataclasses.replace(config, train=dataclasses.replace(config.train,
@@ -167,11 +165,11 @@ def test_a_budget_on_the_real_clock_ends_training_with_a_checkpoint(tmp_path: Pa
     from pipelines.training.train import TrainingRun
 
     config = load_config(make_tiny_run(tmp_path, train={
-        "steps": 100_000, "warmup_steps": 4000, "max_minutes": 0.15,
+        "steps": 100_000, "warmup_steps": 4000, "max_minutes": 0.05,
         "checkpoint_every_steps": 1000}))
     summary = TrainingRun(config).run()
     assert summary.ended_by == "budget" and 0 < summary.step < 100_000
-    # The last update may overrun by its own length: the first one compiles (10-20 s on a
-    # loaded CPU).
-    assert summary.seconds <= 9 + 20
+    # The last update may overrun the 3 s by its own length: the first one compiles (10-20 s
+    # on a loaded CPU).
+    assert summary.seconds <= 3 + 20
     assert checkpoint_step(training_checkpoints(RunPaths(config.run_path))[-1]) == summary.step

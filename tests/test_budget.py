@@ -165,11 +165,11 @@ def test_a_budget_on_the_real_clock_ends_training_with_a_checkpoint(tmp_path: Pa
     from pipelines.training.train import TrainingRun
 
     config = load_config(make_tiny_run(tmp_path, train={
-        "steps": 100_000, "warmup_steps": 4000, "max_minutes": 0.05,
+        "steps": 100_000, "warmup_steps": 4000, "max_minutes": 0.5,
         "checkpoint_every_steps": 1000}))
+    # Half a minute: the set-up counts (a 3-second budget was spent before the first update on
+    # an AVX2 CPU running the suite), and the first update compiles (10-20 s there).
     summary = TrainingRun(config).run()
     assert summary.ended_by == "budget" and 0 < summary.step < 100_000
-    # The last update may overrun the 3 s by its own length: the first one compiles (10-20 s
-    # on a loaded CPU).
-    assert summary.seconds <= 3 + 20
+    assert summary.seconds <= 30 + 20  # the last update may overrun by its own length
     assert checkpoint_step(training_checkpoints(RunPaths(config.run_path))[-1]) == summary.step

@@ -73,12 +73,14 @@ def no_slow_work(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     import subprocess
 
     import tensorflow as tf
+    from tf2onnx import tf_loader
 
     from pipelines.training.trainer import Trainer
 
     monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("a subprocess"))
     monkeypatch.setattr(Trainer, "__init__", _refuse("training"))
     monkeypatch.setattr(tf.saved_model, "save", _refuse("a SavedModel export"))
+    monkeypatch.setattr(tf_loader, "from_function", _refuse("an ONNX export"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -261,8 +263,8 @@ def saved_model_translator(saved_model_dir: Path):
 @pytest.fixture
 def bfloat16_runs() -> None:
     """Skips a test that computes in bfloat16 where oneDNN would abort the process on it (a
-    ONEDNN_MAX_CPU_ISA cap below what this CPU's bf16 needs, as ../shared/tools/slow-cpu
-    sets); `resolve_dtype` refuses mixed_bfloat16 there with this reason."""
+    ONEDNN_MAX_CPU_ISA cap below what this CPU's bf16 needs, as the AVX2 emulation
+    (docs/figures.md) sets); `resolve_dtype` refuses mixed_bfloat16 there with this reason."""
     from keras_transformer.precision import resolve_dtype
 
     try:

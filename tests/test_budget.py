@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import typing
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from keras_transformer.schedules import TransformerSchedule
-from pipelines.config import load_config
+from pipelines.config import PipelineConfig, load_config
 from pipelines.training.budget import PLANNED_SHARE, Recipe, TrainingClock, steps_that_fit
 from pipelines.checkpoints.files import checkpoint_step, training_checkpoints
 from pipelines.config.train import TrainConfig
 from pipelines.paths import RunPaths
+from pipelines.training.train import TrainingRun
 from tiny_run import make_tiny_run
 
 
@@ -83,17 +85,15 @@ class ScriptedTime:
     def monotonic(self) -> float:
         return self.now
 
-    def __getattr__(self, name: str):  # the rest of the time module
+    def __getattr__(self, name: str) -> typing.Any:  # the rest of the time module
         return getattr(time, name)
 
-    def timed_run(self, config):
+    def timed_run(self, config: PipelineConfig) -> TrainingRun:
         """A TrainingRun of `config` whose updates advance this clock."""
-        from pipelines.training.train import TrainingRun
-
         run = TrainingRun(config)
         step, first = run.trainer.train_step, [True]
 
-        def scripted_step(batches):
+        def scripted_step(batches: tuple) -> tuple:
             self.now += self.compile_seconds if first[0] else self.update_seconds
             first[0] = False
             return step(batches)
@@ -162,8 +162,6 @@ def test_a_budget_ends_training_with_a_checkpoint_and_a_resumed_run_keeps_its_cl
 
 @pytest.mark.slow
 def test_a_budget_on_the_real_clock_ends_training_with_a_checkpoint(tmp_path: Path) -> None:
-    from pipelines.training.train import TrainingRun
-
     config = load_config(make_tiny_run(tmp_path, train={
         "steps": 100_000, "warmup_steps": 4000, "max_minutes": 0.5,
         "checkpoint_every_steps": 1000}))

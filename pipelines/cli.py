@@ -21,7 +21,7 @@ from pipelines import InputError
 from pipelines.config import PipelineConfig, check_corpus_files, load_config
 from pipelines.run import STAGE_NAMES, STAGES, stale_reason
 from pipelines.gpu import warn_unused_gpu_driver
-from pipelines.startup import import_tensorflow_quietly
+from pipelines.startup import default_log_level, import_tensorflow_quietly
 from pipelines.score_command import score_command
 from pipelines.translate_command import translate_command
 from pipelines.translate_stream import WINDOW
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
         logging.basicConfig(level=logging.INFO)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    default_log_level(args.command)
     try:
         if getattr(args, "config", None):  # config errors come before TensorFlow's start-up
             config = load_config(args.config)
@@ -209,6 +209,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from pipelines.training.interruption import TrainingStopped
     from pipelines.training.strategy import cluster_spec, exit_worker
     from pipelines.training.train import TrainingDiverged, train
 
@@ -219,6 +220,9 @@ def _train(args: argparse.Namespace) -> int:
     except TrainingDiverged as error:
         print(f"keras-transformer train: error: {error}", file=sys.stderr)
         status = 1
+    except TrainingStopped as error:  # preempted (75), a worker lost (69)
+        print(f"keras-transformer train: {error}", file=sys.stderr)
+        status = error.status
     if cluster_spec():  # a multi-worker process: end it before interpreter exit can hang
         exit_worker(status)
     return status
@@ -248,10 +252,15 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from pipelines.run import report, run
+    from pipelines.training.interruption import TrainingStopped
 
     warn_unused_gpu_driver("run", "running")
     config = load_config(args.config)
-    run(config, start=args.start, only=args.only)
+    try:
+        run(config, start=args.start, only=args.only)
+    except TrainingStopped as error:  # the train stage preempted: the later stages wait
+        print(f"keras-transformer run: {error}", file=sys.stderr)
+        return error.status
     print(report(config))
     return 0
 

@@ -156,7 +156,7 @@ STAGE_NAMES = tuple(stage.name for stage in STAGES)
 # Keys added after runs were first stamped, left out of the fingerprints at these values (what
 # the earlier version did), so that a run stamped before them stays up to date.
 ADDED_KEYS = {"data.alignments": "none", "train.guided_alignment_weight": 0.0,
-              "model.alignment_heads": None}
+              "model.alignment_heads": None, "train.worker_timeout_minutes": 5.0}
 
 
 def fingerprint(config: PipelineConfig, stage: Stage) -> str:

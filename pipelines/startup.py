@@ -9,6 +9,7 @@ but those lines: absl lines below TF_CPP_MIN_LOG_LEVEL, absl's notice about them
 error where the machine has no NVIDIA driver. Later warnings and errors are untouched.
 
 Example:
+    >>> default_log_level("train")  # TF_CPP_MIN_LOG_LEVEL 2, or 3 for a worker of several
     >>> import_tensorflow_quietly()  # then `import tensorflow` costs nothing and prints nothing
 """
 from __future__ import annotations
@@ -26,6 +27,14 @@ ABSL_LINE = re.compile(rb"([IWEF])\d{4} [\d:.]+ +\d+ [^\]]*\] ")  # I0000 00:00:
 SEVERITIES = b"IWEF"  # INFO, WARNING, ERROR, FATAL: TF_CPP_MIN_LOG_LEVEL 0 to 3
 ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called"
 CUINIT_FAILED = re.compile(rb"\] failed call to cuInit")
+
+
+def default_log_level(command: str) -> None:
+    """TF_CPP_MIN_LOG_LEVEL unless the user set it: TensorFlow's native INFO and WARNING lines
+    off (2); a `train` worker of several (TF_CONFIG) also leaves out the ERROR lines of
+    collectives aborted by a lost worker (3), which the train command names in its own line."""
+    multi_worker_train = command == "train" and os.environ.get("TF_CONFIG")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3" if multi_worker_train else "2")
 
 
 def import_tensorflow_quietly() -> None:

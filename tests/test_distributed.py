@@ -4,9 +4,11 @@ skipped by all; workers whose clocks differ agree on the budget and the checkpoi
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,24 +47,47 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_an_overflow_on_one_replica_skips_the_update_on_both(tmp_path: Path) -> None:
-    """mixed_float16 on 2 replicas, replica 1's gradients infinite at update 2: both skip it
-    (weights unchanged, loss scale halved), then the next try applies on both."""
-    config = make_tiny_run(tmp_path)
-    result = subprocess.run([sys.executable, str(TESTS / "loss_scale_script.py"), str(config)],
-                            env=subprocess_env(), capture_output=True, text=True, timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["replicas"] == 2
-    scale = report["initial_scale"]
-    first, overflowed, after = report["calls"]
-    assert (first["finite"], first["iterations"], first["loss_scale"]) == (True, 1, scale)
-    assert (overflowed["finite"], overflowed["iterations"], overflowed["loss_scale"],
-            overflowed["moved"]) == (False, 1, scale / 2, 0.0)
-    assert (after["finite"], after["iterations"], after["loss_scale"]) == (True, 2, scale / 2)
-    assert first["moved"] > 1e-4 and after["moved"] > 1e-4
-    assert all(call["all_finite"] and call["replicas_equal"] for call in report["calls"])
+def _start_workers(config: Path, outs: list[Path], extra: dict[int, list[str]] | None = None,
+                   workers: list[str] | None = None) -> list[subprocess.Popen]:
+    """Two localhost workers of tests/worker_script.py (worker 0 the chief) training the run
+    of `config` at `workers` (default: free ports); worker i saves its final variables to
+    outs[i] and takes extra[i]'s options. Their stdout and stderr are apart: stderr is what a
+    user sees of a stop."""
+    workers = workers or [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        processes.append(subprocess.Popen(
+            [sys.executable, str(TESTS / "worker_script.py"), str(config), str(outs[index]),
+             *(extra or {}).get(index, [])],
+            env=_user_env(TF_CONFIG=json.dumps(tf_config), CUDA_VISIBLE_DEVICES=""),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return processes
+
+
+def _user_env(**extra: str) -> dict[str, str]:
+    """A subprocess environment without TF_CPP_MIN_LOG_LEVEL: the CLI's own default, as users
+    run it."""
+    env = subprocess_env(**extra)
+    del env["TF_CPP_MIN_LOG_LEVEL"]
+    return env
+
+
+def _finish(processes: list[subprocess.Popen], timeout: float = 240) -> list[tuple[str, str]]:
+    """Each worker's (stdout, stderr) once all have ended (killed after `timeout` s)."""
+    try:
+        return [process.communicate(timeout=timeout) for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+
+
+def _assert_identical(outs: list[Path]) -> None:
+    first, second = (np.load(out) for out in outs)
+    assert len(first.files) > 50
+    for key in first.files:
+        assert np.all(np.isfinite(first[key]))
+        np.testing.assert_array_equal(first[key], second[key])
 
 
 @pytest.mark.slow
@@ -70,34 +95,105 @@ def test_two_workers_agree_on_overflow_and_budget_and_finish_with_identical_weig
         tmp_path: Path) -> None:
     """Worker 1's float16 gradients overflow at update 5 and its clock runs 20 s ahead (it
     reaches the budget's 5% calibration point first): both skip the same update, plan at the
-    same step and save by minutes at the same steps; neither hangs."""
+    same step and save by minutes at the same steps; the chief's validation at step 10 lasts
+    longer than train.worker_timeout_minutes, which worker 1 waits out; neither hangs."""
     config = make_tiny_run(tmp_path, model={"dtype": "mixed_float16"},
-                           train={"checkpoint_every_minutes": 10.0, "max_minutes": 5.0})
-    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
-    processes = []
-    try:
-        for index in range(2):
-            tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-            extra = ["--overflow-at", "5", "--clock-skew", "20"] if index == 1 else []
-            processes.append(subprocess.Popen(
-                [sys.executable, str(TESTS / "worker_script.py"), str(config),
-                 str(tmp_path / f"worker{index}.npz"), *extra],
-                env=subprocess_env(TF_CONFIG=json.dumps(tf_config), CUDA_VISIBLE_DEVICES=""),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        outputs = [process.communicate(timeout=240)[0] for process in processes]
-    finally:
-        for process in processes:
-            process.kill()
+                           train={"checkpoint_every_minutes": 10.0, "max_minutes": 5.0,
+                                  "validate_every_steps": 10, "worker_timeout_minutes": 0.1})
+    outs = [tmp_path / f"worker{index}.npz" for index in range(2)]
+    processes = _start_workers(config, outs, {0: ["--slow-validation", "12"],
+                                              1: ["--overflow-at", "5", "--clock-skew", "20"]})
+    outputs = [out + err for out, err in _finish(processes)]
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output[-3000:]
         assert "to step 20 (MultiWorkerMirroredStrategy, 2 replica(s))" in output
         assert "loss scale 16384; 1 update(s) skipped" in output
     assert "step 5: float16 gradients overflowed; update skipped" in outputs[0]  # the chief's
-    first, second = (np.load(tmp_path / f"worker{i}.npz") for i in range(2))
-    assert len(first.files) > 50
-    for key in first.files:
-        assert np.all(np.isfinite(first[key]))
-        np.testing.assert_array_equal(first[key], second[key])
+    _assert_identical(outs)
     paths = RunPaths(tmp_path / "run")
     assert [checkpoint_step(p) for p in training_checkpoints(paths)] == [10, 20]
     assert not list(paths.checkpoints.glob(".*"))  # the non-chief's temporary saves are gone
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_worker_saves_on_both_and_the_pair_resumes_there(tmp_path: Path) -> None:
+    """SIGTERM reaches worker 1 as update 7 starts, and again while it saves: both workers end
+    update 7, the chief saves checkpoint 7, each exits 75 with one line; restarted, the pair
+    resumes at step 7 and ends with identical weights."""
+    config = make_tiny_run(tmp_path)
+    outs = [tmp_path / f"worker{index}.npz" for index in range(2)]
+    processes = _start_workers(config, outs, {1: ["--signal-at", "7", "--signal-in-save"]})
+    outputs = _finish(processes)
+    checkpoint = tmp_path / "run" / "checkpoints" / "ckpt-7"
+    resume = f"restart every worker with the same command to resume from {checkpoint}"
+    assert [(process.returncode, err) for process, (_, err) in zip(processes, outputs)] == [
+        (75, f"keras-transformer train: preempted (a signal to worker-1) at step 7: {resume}\n"),
+        (75, f"keras-transformer train: preempted (SIGTERM to this worker) at step 7: "
+             f"{resume}\n")]
+    paths = RunPaths(tmp_path / "run")
+    assert [checkpoint_step(path) for path in training_checkpoints(paths)] == [7]
+    assert not any(out.exists() for out in outs)
+
+    outputs = _finish(_start_workers(config, outs))
+    assert f"resumed from {checkpoint} at step 7" in outputs[0][0]  # the chief's progress
+    for out, err in outputs:
+        assert "to step 20 (resumed at step 7, MultiWorkerMirroredStrategy" in out, out + err
+    _assert_identical(outs)
+
+
+
+def _pause_worker_1(config: Path, outs: list[Path], workers: list[str]) -> list[subprocess.Popen]:
+    """The pair with worker 1 stopping (alive, asleep) before update 13, after checkpoint 10;
+    returns once it has stopped."""
+    processes = _start_workers(config, outs, {1: ["--pause-at", "13"]}, workers)
+    paused, deadline = Path(f"{outs[1]}.paused"), time.monotonic() + 180
+    while not paused.exists() and time.monotonic() < deadline and processes[0].poll() is None:
+        time.sleep(0.1)
+    assert paused.exists(), _finish(processes, timeout=1)
+    return processes
+
+
+@pytest.mark.slow
+def test_a_killed_worker_ends_the_other_naming_it_and_the_pair_resumes(tmp_path: Path) -> None:
+    """Worker 1 is SIGKILLed before update 13: worker 0, waiting in that update's collective,
+    exits 69 within the bound naming it (its heartbeats stopped); the restarted pair resumes
+    from checkpoint 10 and ends with identical weights."""
+    config = make_tiny_run(tmp_path, train={"worker_timeout_minutes": 1.0})
+    outs = [tmp_path / f"worker{index}.npz" for index in range(2)]
+    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    chief, worker = _pause_worker_1(config, outs, workers)
+    worker.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    (_, err), _ = _finish([chief, worker], timeout=90)
+    assert time.monotonic() - killed < 60
+    checkpoint = tmp_path / "run" / "checkpoints" / "ckpt-10"
+    assert (chief.returncode, err) == (69, (
+        f"keras-transformer train: worker-1 ({workers[1]}) stopped (no heartbeat) after step "
+        f"12: restart every worker to resume from {checkpoint}\n"))
+
+    outputs = _finish(_start_workers(config, outs))
+    for out, err in outputs:
+        assert "to step 20 (resumed at step 10, MultiWorkerMirroredStrategy" in out, out + err
+    _assert_identical(outs)
+
+
+@pytest.mark.slow
+def test_a_worker_that_stops_answering_ends_the_other_at_the_timeout(tmp_path: Path) -> None:
+    """Worker 1 stops, alive, before update 13: its heartbeats go on, so worker 0 waits in
+    the collective until train.worker_timeout_minutes, then exits 69 naming it."""
+    config = make_tiny_run(tmp_path, train={"worker_timeout_minutes": 0.25})
+    outs = [tmp_path / f"worker{index}.npz" for index in range(2)]
+    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    chief, worker = _pause_worker_1(config, outs, workers)
+    stopped = time.monotonic()
+    try:
+        _, err = chief.communicate(timeout=90)
+    finally:
+        worker.kill()
+        _finish([chief, worker])
+    assert 15 - 2 < time.monotonic() - stopped < 60
+    checkpoint = tmp_path / "run" / "checkpoints" / "ckpt-10"
+    assert (chief.returncode, err) == (69, (
+        f"keras-transformer train: worker-1 ({workers[1]}) did not answer within "
+        f"train.worker_timeout_minutes (0.25) after step 12: restart every worker to resume "
+        f"from {checkpoint}\n"))

@@ -1,5 +1,5 @@
-"""The train stage in one process (and the CLI's): runs resume after SIGKILL, one trace, XLA,
-NaN stop, bad checkpoints and configs. Budgets: tests/test_budget.py; replicas and workers:
+"""The train stage in one process (and the CLI's): runs resume after SIGKILL and SIGTERM, one
+trace, XLA, NaN stop, bad checkpoints and configs. Budgets: tests/test_budget.py; replicas and workers:
 tests/test_distributed.py."""
 from __future__ import annotations
 
@@ -69,6 +69,32 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path, capsys) -
             for value in event.summary.value}
     assert {"train/loss", "train/learning_rate", "train/tokens_per_second", "dev/loss",
             "dev/perplexity", "dev/bleu"} <= tags
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_update_in_flight_and_a_rerun_resumes_there(tmp_path: Path,
+                                                                        capsys) -> None:
+    """SIGTERM as update 7 starts, and again during the save: the process ends update 7, saves
+    checkpoint 7 whole, prints one line and exits 75; the rerun resumes at step 7."""
+    config = make_tiny_run(tmp_path)
+    env = subprocess_env()
+    del env["TF_CPP_MIN_LOG_LEVEL"]  # the CLI's default, as users run it
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "worker_script.py"), str(config),
+         str(tmp_path / "final.npz"), "--signal-at", "7", "--signal-in-save"],
+        env=env, capture_output=True, text=True, timeout=240)
+    checkpoint = tmp_path / "run" / "checkpoints" / "ckpt-7"
+    assert (result.returncode, result.stderr) == (75, (
+        f"keras-transformer train: preempted (SIGTERM) at step 7: run the same command to "
+        f"resume from {checkpoint}\n"))
+    assert [checkpoint_step(path) for path in training_checkpoints(RunPaths(tmp_path / "run"))
+            ] == [7]
+
+    capsys.readouterr()
+    assert main(["train", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert f"resumed from {checkpoint} at step 7" in out
+    assert f"trained {tmp_path / 'run'} to step 20 (resumed at step 7" in out
 
 
 @pytest.mark.slow

@@ -79,6 +79,10 @@ class TrainConfig:
     # (keras_transformer/guided_alignment.py; OpenNMT-tf's default 1, Garg et al. 0.05), with
     # data.alignments' gold links; word alignments then read that head (model.alignment_heads 1).
     guided_alignment_weight: float = 0.0
+    # Several workers: how long one waits in a collective for the others before ending with
+    # the name of the worker that never came (a dead one is found in seconds by its missing
+    # heartbeats); longer than any pause of one worker (the chief's validation, a save).
+    worker_timeout_minutes: float = 5.0
     seed: int = 1234  # initialisation and dropout
     init_from: str | None = None  # the parent run directory or checkpoint of a fine-tuning
 
@@ -105,6 +109,9 @@ class TrainConfig:
         if self.max_minutes < 0:
             raise FieldError("max_minutes", f"must be at least 0 (0: no budget), "
                              f"got {self.max_minutes!r}")
+        if self.worker_timeout_minutes <= 0:
+            raise FieldError("worker_timeout_minutes",
+                             f"must be positive, got {self.worker_timeout_minutes!r}")
         if self.checkpoint_every_minutes < 0:
             raise FieldError("checkpoint_every_minutes",
                              f"must be at least 0, got {self.checkpoint_every_minutes!r}")

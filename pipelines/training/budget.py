@@ -69,6 +69,12 @@ class Recipe:
         """The steps between validations of `metric` (dev_loss, dev_bleu, dev_chrf)."""
         return self.validate_every_steps if metric == "dev_loss" else self.bleu_every_steps
 
+    def validates(self, metric: str, step: int, last: bool) -> bool:
+        """Whether `metric` is measured after `step`: every interval(metric) steps and at the
+        last step, never with an interval of 0 (off)."""
+        interval = self.interval(metric)
+        return bool(interval) and (last or step % interval == 0)
+
 
 def steps_that_fit(step: int, seconds_left: float, seconds_per_update: float) -> int:
     """The step reached by spending PLANNED_SHARE of `seconds_left` on updates."""

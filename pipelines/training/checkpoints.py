@@ -125,7 +125,7 @@ class CheckpointSaver:
         directory = Path(self.manager.directory)
         try:
             with tf_write_errors(directory):
-                path = self.manager.save(checkpoint_number=step)
+                self.manager.save(checkpoint_number=step)
         except BaseException:
             remove_partial_checkpoint(directory / f"{CHECKPOINT_NAME}-{step}")
             raise
@@ -133,8 +133,8 @@ class CheckpointSaver:
             if not self.chief:
                 shutil.rmtree(directory, ignore_errors=True)
         self.last_save = time.monotonic()
+        self.latest = str(self.directory / f"{CHECKPOINT_NAME}-{step}")  # the chief's, everywhere
         if self.chief:
-            self.latest = path
             record_vocabulary(self.paths)
             record_model(self.directory, self.model.model_config)
             if self.weight_average is not None:

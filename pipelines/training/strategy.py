@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from pipelines import InputError
@@ -28,11 +29,15 @@ def cluster_spec() -> dict[str, list[str]]:
     return json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
 
 
-def make_strategy() -> tf.distribute.Strategy:
+def make_strategy(collective_timeout_minutes: float | None = None) -> tf.distribute.Strategy:
     """MultiWorkerMirroredStrategy for a TF_CONFIG cluster, else MirroredStrategy on the
-    local GPUs (or logical CPUs)."""
+    local GPUs (or logical CPUs). Under a cluster, a collective that waits longer than
+    `collective_timeout_minutes` for a worker fails with DeadlineExceededError (None: never)."""
     if cluster_spec():
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        timeout = collective_timeout_minutes and 60 * collective_timeout_minutes
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                timeout_seconds=timeout or None))
     devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
     return tf.distribute.MirroredStrategy([device.name for device in devices])
 
@@ -64,6 +69,16 @@ def task_id(strategy: tf.distribute.Strategy) -> str:
     return f"{strategy.cluster_resolver.task_type}-{strategy.cluster_resolver.task_id}"
 
 
+def workers(strategy: tf.distribute.Strategy) -> dict[str, str]:
+    """Every worker's `TYPE-ID` -> its address, the chief first (`local` -> "" without a
+    cluster); `any_worker` flags per worker follow this order."""
+    if not is_multi_worker(strategy):
+        return {"local": ""}
+    spec = strategy.cluster_resolver.cluster_spec().as_dict()
+    return {f"{job}-{index}": address for job in ("chief", "worker")
+            for index, address in enumerate(spec.get(job, []))}
+
+
 def any_worker(strategy: tf.distribute.Strategy, flags: Sequence[bool]) -> tuple[bool, ...]:
     """Each of `flags` true where it is true in any worker, in one collective: decisions taken
     from a worker's own clock (a checkpoint every N minutes, the budget) must agree, or the
@@ -81,9 +96,7 @@ def _mean_over_replicas(strategy: tf.distribute.Strategy, values: list[float]) -
     """Each value's mean over all workers (every replica of a worker holds its value)."""
     if not is_multi_worker(strategy):
         return values
-    per_replica = strategy.run(lambda: tf.constant(values, tf.float32))  # [len(values)]
-    return [float(mean) for mean in
-            strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None).numpy()]
+    return [float(mean) for mean in _reduce_over_replicas(strategy, "MEAN", values)]
 
 
 def chief_value(strategy: tf.distribute.Strategy, value: float) -> float:
@@ -92,8 +105,43 @@ def chief_value(strategy: tf.distribute.Strategy, value: float) -> float:
     if not is_multi_worker(strategy):
         return value
     share = value / len(strategy.extended.worker_devices) if is_chief(strategy) else 0.0
-    values = strategy.run(lambda: tf.constant(share, tf.float32))
-    return float(strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None))
+    return float(_reduce_over_replicas(strategy, "SUM", [share])[0])
+
+
+def wait_for_chief(strategy: tf.distribute.Strategy) -> None:
+    """Every worker waits here until all arrive, for as long as the chief's validation takes
+    (up to CHIEF_WAIT_SECONDS, not train.worker_timeout_minutes); a chief that dies still ends
+    the wait (its heartbeats stop)."""
+    if is_multi_worker(strategy):
+        _reduce_over_replicas(strategy, "SUM", [0.0], timeout_seconds=CHIEF_WAIT_SECONDS)
+
+
+CHIEF_WAIT_SECONDS = 24 * 3600
+
+
+def _reduce_over_replicas(strategy: tf.distribute.Strategy, operation: str,
+                          values: list[float], timeout_seconds: float | None = None
+                          ) -> np.ndarray:
+    """`values` (each replica holding them) reduced over every replica of every worker, in a
+    tf.function traced once per strategy, operation and timeout (run eagerly, a collective
+    costs more and TensorFlow warns of it on every call). `timeout_seconds` replaces the
+    strategy's collective timeout (None: keeps it)."""
+    key = (id(strategy), operation, timeout_seconds)
+    if key not in _REDUCERS:
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def reduce(local: tf.Tensor) -> tf.Tensor:  # [len(values)] -> the same
+            per_replica = strategy.run(  # identity: a copy on the replica's device
+                lambda: tf.distribute.get_replica_context().all_reduce(
+                    operation, tf.identity(local), options=options))
+            return strategy.experimental_local_results(per_replica)[0]
+
+        _REDUCERS[key] = reduce
+    return _REDUCERS[key](tf.constant(values, tf.float32)).numpy()
+
+
+_REDUCERS: dict[tuple[int, str, float | None], tf.types.experimental.GenericFunction] = {}
 
 
 def check_same_step_as_chief(strategy: tf.distribute.Strategy, step: int,

@@ -41,12 +41,18 @@ from pipelines.paths import RunPaths
 from pipelines.progress import Progress
 from pipelines.training.strategy import (any_worker, check_same_step_as_chief, chief_value,
                                          is_chief, is_multi_worker, make_strategy,
-                                         mean_over_workers, strategy_name)
+                                         mean_over_workers, strategy_name, task_id,
+                                         wait_for_chief, workers)
+from pipelines.training.interruption import (Preempted, PreemptionSignals, preempted_line,
+                                             worker_lost)
 from pipelines.training.tensorboard import write_scalars
 from pipelines.training.train_data import DatasetFn, check_batch_tokens, train_dataset_fn
 from pipelines.training.train_report import TrainSummary, Window
 from pipelines.training.trainer import Trainer
 from pipelines.training.validation import Validator
+
+
+VALIDATED = ("dev_loss", "dev_bleu")  # what the chief may measure after an update
 
 
 class TrainingDiverged(RuntimeError):
@@ -86,7 +92,7 @@ class TrainingRun:
         for directory in (self.paths.checkpoints, self.paths.logs):
             check_writable(directory)
         keras.utils.set_random_seed(self.settings.seed)
-        self.strategy = strategy or make_strategy()
+        self.strategy = strategy or make_strategy(self.settings.worker_timeout_minutes)
         check_batch_tokens(config, self.strategy.num_replicas_in_sync)
         self.clock = TrainingClock(self.settings)
         config, self.size_choice = sized_for_budget(config, tokenizer.vocab_size, self.strategy,
@@ -97,6 +103,7 @@ class TrainingRun:
                                      self.strategy, self.settings, self.paths,
                                      self.trainer.weight_average)
         self.start_step = self.saver.restore()
+        self.step = self.start_step  # the last update applied (the optimizer's may run ahead)
         check_same_step_as_chief(self.strategy, self.start_step, self.paths.checkpoints)
         self.skipped_updates = 0  # by loss scaling
         self.init_from = start_from_parent(config, self.start_step, self.trainer.model,
@@ -122,13 +129,26 @@ class TrainingRun:
                                  budget_seconds=self.clock.budget_seconds)
 
     def run(self) -> TrainSummary:
-        """Trains to the recipe's steps or to the budget, validating, logging and saving."""
+        """Trains to the recipe's steps or to the budget, validating, logging and saving.
+
+        Raises:
+            Preempted: SIGTERM or SIGINT reached a worker; every worker saved after the
+                update in flight (`pipelines.training.interruption`).
+            WorkerLost: another worker died or stopped answering (multi-worker only).
+        """
         try:
             self.progress.message(f"dtype {self.trainer.dtype_reason}")
             if self.size_choice is not None:
                 self.progress.message(f"model size {self.size_choice.size} (preset auto): "
                                       f"{self.size_choice.reason}")
-            return self._run()
+            with PreemptionSignals() as self.signals:
+                return self._run()
+        except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
+            if not is_multi_worker(self.strategy):
+                raise
+            raise worker_lost(error, workers(self.strategy), task_id(self.strategy),
+                              self.step, self.saver.latest,
+                              self.settings.worker_timeout_minutes) from None
         finally:
             self.progress.close()
 
@@ -146,7 +166,10 @@ class TrainingRun:
         window, overall = Window(), Window()
         step, loss = self.start_step, math.nan
         problem = self.clock.first_update_problem()
-        (out_of_time,) = any_worker(self.strategy, [problem is not None])
+        out_of_time, *signalled = any_worker(self.strategy,
+                                             [problem is not None, *self._signal_flags()])
+        if any(signalled):
+            raise self._preempted(step, signalled)
         if out_of_time:
             self.progress.message(problem or "another worker's budget is spent")
         while step < self.recipe.steps and not out_of_time:
@@ -159,14 +182,18 @@ class TrainingRun:
                 continue
             seconds = time.monotonic() - step_started
             window.add(step_loss, tokens, seconds)
-            step = self.trainer.step
+            step = self.step = self.trainer.step
             if step == self.start_step + 1:
                 self.progress.begin(step)  # the rate leaves out the compiling step
                 self.clock.first_update_seconds.assign(seconds)
             else:
                 overall.add(step_loss, tokens, seconds)
-            calibration_spent, out_of_time, minutes_due = any_worker(
-                self.strategy, self._clock_flags(overall.seconds_per_update() or seconds))
+            calibration_spent, out_of_time, minutes_due, *signalled = any_worker(
+                self.strategy, [*self._clock_flags(overall.seconds_per_update() or seconds),
+                                *self._signal_flags()])
+            if any(signalled):
+                self.saver.save(step)
+                raise self._preempted(step, signalled)
             if self.clock.calibrated(overall.updates, calibration_spent):
                 self._plan(step, overall.seconds_per_update())
             last = step >= self.recipe.steps or out_of_time
@@ -177,6 +204,8 @@ class TrainingRun:
                 window = Window()
             measured = (self.validator.maybe_run(step, last, self.recipe, self.writer,
                                                  self.progress) if self.validator else {})
+            if any(self.recipe.validates(metric, step, last) for metric in VALIDATED):
+                wait_for_chief(self.strategy)  # its validation may outlast the workers' timeout
             stopped = self._early_stopped(step, measured)
             if last or stopped or self.saver.due(step, self.recipe.checkpoint_every_steps,
                                                  minutes_due):
@@ -207,6 +236,20 @@ class TrainingRun:
             skipped_updates=self.skipped_updates, loss_scale=self.trainer.loss_scale(),
             model_size=self.size_choice.size if self.size_choice else None,
             model_size_reason=self.size_choice.reason if self.size_choice else None)
+
+    def _signal_flags(self) -> list[bool]:
+        """For each worker (`workers` order), whether a preemption signal reached it: this
+        worker's own flag in its place (any_worker agrees them)."""
+        here = task_id(self.strategy)
+        return [name == here and self.signals.received is not None
+                for name in workers(self.strategy)]
+
+    def _preempted(self, step: int, signalled: list[bool]) -> Preempted:
+        """The exception that ends every worker once the checkpoint of `step` is saved."""
+        self.writer.flush()
+        names = [name for name, flag in zip(workers(self.strategy), signalled) if flag]
+        return Preempted(preempted_line(names, self.signals.received, step, self.saver.latest,
+                                        is_multi_worker(self.strategy)))
 
     def _early_stopped(self, step: int, measured: dict[str, float]) -> bool:
         """Records the validation metric where it was measured (the best checkpoints, chief

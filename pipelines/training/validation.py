@@ -159,7 +159,7 @@ class Validator:
         """Validates what is due at `step` (everything at the last step); returns what it
         measured: {"dev_loss", "dev_bleu", "dev_chrf"} or some of them."""
         measured: dict[str, float] = {}
-        if self.loss is not None and (last or step % recipe.validate_every_steps == 0):
+        if self.loss is not None and recipe.validates("dev_loss", step, last):
             started = time.monotonic()
             loss = self.loss()
             self.loss_seconds = time.monotonic() - started
@@ -174,7 +174,7 @@ class Validator:
                                              "dev/perplexity": perplexity})
                 progress.message(f"step {step:,}: dev loss {self.dev_loss:.4f}, "
                                  f"perplexity {perplexity:.2f}")
-        if self.bleu is not None and (last or step % recipe.bleu_every_steps == 0):
+        if self.bleu is not None and recipe.validates("dev_bleu", step, last):
             started = time.monotonic()
             self.dev_bleu, self.dev_chrf = self.bleu()
             self.bleu_seconds = time.monotonic() - started

@@ -16,7 +16,7 @@ import export
 from export.metadata import ExportMetadata, saved_model_metadata
 from export.saved_model import WARMUP_FILE, export_saved_model
 from export.translator import Translator
-from export.translator.signatures import SIGNATURES
+from export.translator.signatures import SIGNATURES, input_specs
 from export.versions import latest_version, publish_version, staging_directory, versions
 from export_helpers import SENTENCES
 from keras_transformer.decoding_settings import DecodingSettings
@@ -47,7 +47,7 @@ def test_signatures_take_and_give_what_the_table_says(loaded):
         inputs = {key: (spec.dtype, spec.shape.as_list())
                   for key, spec in function.structured_input_signature[1].items()}
         assert inputs == {spec.name: (spec.dtype, spec.shape.as_list())
-                          for spec in signature.inputs}, name
+                          for spec in input_specs(name)}, name
         outputs = {key: (spec.dtype, spec.shape.rank)
                    for key, spec in function.structured_outputs.items()}
         assert outputs == {output.name: (output.dtype, output.rank)

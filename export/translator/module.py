@@ -47,8 +47,8 @@ from export.translator.align import (aligned_translation, alignment_outputs,
                                      translated_aligned_in_batches)
 from export.translator.sample import sampled_translation, sampling_checks
 from export.translator.score import score_outputs, scored_batch
-from export.translator.signatures import (IDS_SPEC, PREFIX_SPEC, TARGET_IDS_SPEC, TARGET_SPEC,
-                                          TERMS_SPEC, TEXT_SPEC, input_specs)
+from export.translator.signatures import (PREFIX, SOURCE_IDS, TARGET, TARGET_PIECES, TERMS, TEXT,
+                                          input_specs)
 from export.translator.terms import termed_translation
 from export.translator.translate import (clean_source_ids, nbest_hypotheses, nbest_outputs,
                                          nbest_pairs, prefix_pieces, prefixed_in_batches,
@@ -110,7 +110,7 @@ class Translator(tf.Module):
     @tf.function(input_signature=input_specs("translate_ids"), autograph=False)
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         """source ids [batch, time] -> best target ids [batch, time] and score [batch]."""
-        source_ids = tf.ensure_shape(source_ids, IDS_SPEC.shape)  # TF Serving does not check
+        source_ids = tf.ensure_shape(source_ids, SOURCE_IDS.spec.shape)  # TF Serving: unchecked
         target_ids, score = self.search(clean_source_ids(source_ids,
                                                          self.model.model_config.vocab_size))
         return {"target_ids": target_ids, "score": score}
@@ -130,7 +130,7 @@ class Translator(tf.Module):
     def translate_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] and target prefixes [batch] -> translations [batch] that begin
         with their prefix (an empty prefix: as `translate`) and score [batch]."""
-        prefix = tf.ensure_shape(prefix, PREFIX_SPEC.shape)  # TF Serving does not check
+        prefix = tf.ensure_shape(prefix, PREFIX.spec.shape)  # TF Serving does not check
         with tf.control_dependencies([_same_batch(text, prefix, "prefix")]):
             source_ids = self.encode(text)
         ids, scores = self.hypotheses(source_ids, prefix_pieces(self.spm_model_proto, prefix))
@@ -140,7 +140,7 @@ class Translator(tf.Module):
     def translate_terms(self, text: tf.Tensor, terms: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] and target terms [batch, terms] ("": none) -> translations that
         hold their terms, scores, whether the terms fit and were found, and alignments."""
-        terms = tf.ensure_shape(terms, TERMS_SPEC.shape)  # TF Serving does not check
+        terms = tf.ensure_shape(terms, TERMS.spec.shape)  # TF Serving does not check
         with tf.control_dependencies([_same_batch(text, terms, "terms")]):
             source_ids = self.encode(text)
         return termed_translation(self.model, self.spm_model_proto, self.settings, source_ids,
@@ -184,7 +184,7 @@ class Translator(tf.Module):
         return aligned_translation(self.model, self.spm_model_proto, source_ids, target_ids,
                                    score)
 
-    @tf.function(input_signature=[IDS_SPEC, TARGET_IDS_SPEC], autograph=False)
+    @tf.function(input_signature=[SOURCE_IDS.spec, TARGET_PIECES.spec], autograph=False)
     def score_ids(self, source_ids: tf.Tensor, target_pieces: tf.Tensor
                   ) -> dict[str, tf.Tensor]:
         """source ids [batch, time] and target pieces [batch, time] (then PAD) -> `score`'s
@@ -194,7 +194,7 @@ class Translator(tf.Module):
     def encode_pairs(self, text: tf.Tensor, target: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: lines [batch] and their translations [batch] -> (source ids [batch,
         time], target pieces [batch, time] then PAD); a batch size that differs fails."""
-        target = tf.ensure_shape(target, TARGET_SPEC.shape)  # TF Serving does not check
+        target = tf.ensure_shape(target, TARGET.spec.shape)  # TF Serving does not check
         with tf.control_dependencies([_same_batch(text, target, "target")]):
             source_ids = self.encode(text)
         return source_ids, Tokenizer(self.spm_model_proto).tokenize(target).to_tensor(PAD_ID)
@@ -202,7 +202,7 @@ class Translator(tf.Module):
     def encode(self, text: tf.Tensor) -> tf.Tensor:
         """Graph code: UTF-8 lines [batch] -> source ids [batch, time]; a `text` that is not a
         vector is refused at run time (TF Serving does not check it)."""
-        text = tf.ensure_shape(text, TEXT_SPEC.shape)
+        text = tf.ensure_shape(text, TEXT.spec.shape)
         return encode_text(text, self.spm_model_proto, self.settings.max_source_length)
 
     def search(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -210,7 +210,7 @@ class Translator(tf.Module):
         ids, scores = self.nbest_ids(source_ids)
         return ids[:, 0], scores[:, 0]
 
-    @tf.function(input_signature=[IDS_SPEC], autograph=False)
+    @tf.function(input_signature=[SOURCE_IDS.spec], autograph=False)
     def nbest_ids(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """source ids [batch, time] -> `hypotheses` without prefixes (traced once)."""
         return self.hypotheses(source_ids)

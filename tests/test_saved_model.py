@@ -2,6 +2,7 @@
 search, its op set, warm-up requests, and versions that appear whole."""
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -39,6 +40,21 @@ def test_reloaded_signatures_equal_keras_level_beam_search(loaded, export_transl
     expected = export_translator.translate(tf.constant(SENTENCES))
     assert list(text["translation"].numpy()) == list(expected["translation"].numpy())
     np.testing.assert_allclose(text["score"].numpy(), keras_reference["score"], rtol=1e-5)
+
+
+def test_reloaded_signatures_refuse_an_input_of_another_rank_naming_it(loaded):
+    """tf.saved_model.load's signatures run the graph's own check, as TF Serving's session
+    does (tests/test_serving.py)."""
+    for name, inputs, message in [
+            ("serving_default", {"text": tf.constant("bird")},
+             "text: expected rank 1 (a [batch] vector of strings), got rank 0"),
+            ("translate_prefix", {"text": tf.constant(["bird"]), "prefix": tf.constant([[""]])},
+             "prefix: expected rank 1 (a [batch] vector of strings), got rank 2"),
+            ("translate_ids", {"source_ids": tf.constant([40, 3])},
+             "source_ids: expected rank 2 (a [batch, time] matrix of int32), got rank 1")]:
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=re.escape(f"assertion failed: [{message}]")):
+            loaded.signatures[name](**inputs)
 
 
 def test_signatures_take_and_give_what_the_table_says(loaded):

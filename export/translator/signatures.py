@@ -2,7 +2,9 @@
 function it runs, its inputs (name, dtype, axes), its outputs (name, dtype, rank) and the
 inputs of its TF Serving warm-up requests.
 
-The Translator's functions take their input signatures from it (`input_specs`),
+The Translator's functions take their input signatures from it (`input_specs`) and check
+their inputs' ranks against it in the graph (`checked_inputs`: TF Serving feeds a request's
+tensors whatever their shape; one of another rank fails the request, naming the input),
 `export.saved_model` saves and warms up the signatures it lists, and the tests check the
 exported SavedModel (tests/test_saved_model.py, tests/test_serving.py) and the docs' tables
 (tests/test_signature_docs.py: README.md and ARCHITECTURE.md, "Serving signatures") against it.
@@ -13,6 +15,8 @@ Example:
     'translate'
     >>> [spec.name for spec in SIGNATURES["score"].inputs]
     ['text', 'target']
+    >>> SOURCE_IDS.expected()
+    'expected rank 2 (a [batch, time] matrix of int32)'
 """
 from __future__ import annotations
 
@@ -31,6 +35,13 @@ class Input(NamedTuple):
     def spec(self) -> tf.TensorSpec:
         """The input signature's TensorSpec: any size along each axis."""
         return tf.TensorSpec([None] * len(self.axes), self.dtype, name=self.name)
+
+    def expected(self) -> str:
+        """What a request of another rank is told it should have sent."""
+        kind = {1: "vector", 2: "matrix"}[len(self.axes)]
+        values = "strings" if self.dtype == tf.string else self.dtype.name
+        return (f"expected rank {len(self.axes)} (a [{', '.join(self.axes)}] {kind} of "
+                f"{values})")
 
 
 TEXT = Input("text", tf.string, ("batch",))
@@ -108,3 +119,25 @@ SIGNATURES: dict[str, Signature] = {
 def input_specs(name: str) -> list[tf.TensorSpec]:
     """The input signature of the Translator function that serves signature `name`."""
     return [expected.spec for expected in SIGNATURES[name].inputs]
+
+
+def checked_inputs(name: str, *inputs: tf.Tensor) -> list[tf.Tensor]:
+    """Graph code: the inputs of signature `name`, in the table's order, each passed on once
+    its rank is the table's; one of another rank fails the request with InvalidArgumentError
+    "assertion failed: [text: expected rank 1 (a [batch] vector of strings), got rank 2]"."""
+    return [_rank_checked(tensor, expected)
+            for tensor, expected in zip(inputs, SIGNATURES[name].inputs, strict=True)]
+
+
+def _rank_checked(tensor: tf.Tensor, expected: Input) -> tf.Tensor:
+    # The rank is the size of the shape's value passed through SerializeTensor and ParseTensor,
+    # whose output has no shape for shape inference: grappler folds a Rank (or the Size of a
+    # Shape) to the rank it infers for the tensor, the input signature's or one that an op
+    # downstream merges into it (tf.ensure_shape among them), and the check with it; the
+    # shape's value it cannot fold, the batch size being the request's.
+    shape = tf.io.parse_tensor(tf.io.serialize_tensor(tf.shape(tensor)), tf.int32)
+    rank = tf.size(shape)
+    message = tf.strings.format(f"{expected.name}: {expected.expected()}, got rank {{}}", rank)
+    check = tf.debugging.Assert(tf.equal(rank, len(expected.axes)), [message])
+    with tf.control_dependencies([check]):
+        return tf.identity(tensor)

@@ -53,7 +53,7 @@ from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants, sink_ini
 from export.onnx_quantize import quantize_int8
 from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SCORE_FILE,
                              SPM_FILE, TRANSLATOR_FILE)
-from export.translator.signatures import TEXT_SPEC
+from export.translator.signatures import TEXT
 from export.translator import Translator
 from keras_transformer.tokenizer import Tokenizer
 from keras_transformer.top_k import plain_top_k
@@ -115,7 +115,7 @@ def text_model(translator: Translator, ids_model: onnx.ModelProto,
     `translate_ids` reads the encoded ids as `translate` does."""
     tokenizer = Tokenizer(translator.spm_model_proto)
 
-    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
+    @tf.function(input_signature=[TEXT.spec], autograph=False)
     def encode(text: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"source_ids": translator.encode(text)}  # [batch, time]
 

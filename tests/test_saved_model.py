@@ -2,6 +2,7 @@
 search, its op set, warm-up requests, and versions that appear whole."""
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import export
 from export.metadata import ExportMetadata, saved_model_metadata
 from export.saved_model import WARMUP_FILE, export_saved_model
 from export.translator import Translator
-from export.translator.signatures import SIGNATURES
+from export.translator.signatures import SIGNATURES, input_specs
 from export.versions import latest_version, publish_version, staging_directory, versions
 from export_helpers import SENTENCES
 from keras_transformer.decoding_settings import DecodingSettings
@@ -41,13 +42,28 @@ def test_reloaded_signatures_equal_keras_level_beam_search(loaded, export_transl
     np.testing.assert_allclose(text["score"].numpy(), keras_reference["score"], rtol=1e-5)
 
 
+def test_reloaded_signatures_refuse_an_input_of_another_rank_naming_it(loaded):
+    """tf.saved_model.load's signatures run the graph's own check, as TF Serving's session
+    does (tests/test_serving.py)."""
+    for name, inputs, message in [
+            ("serving_default", {"text": tf.constant("bird")},
+             "text: expected rank 1 (a [batch] vector of strings), got rank 0"),
+            ("translate_prefix", {"text": tf.constant(["bird"]), "prefix": tf.constant([[""]])},
+             "prefix: expected rank 1 (a [batch] vector of strings), got rank 2"),
+            ("translate_ids", {"source_ids": tf.constant([40, 3])},
+             "source_ids: expected rank 2 (a [batch, time] matrix of int32), got rank 1")]:
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=re.escape(f"assertion failed: [{message}]")):
+            loaded.signatures[name](**inputs)
+
+
 def test_signatures_take_and_give_what_the_table_says(loaded):
     for name, signature in SIGNATURES.items():
         function = loaded.signatures[name]
         inputs = {key: (spec.dtype, spec.shape.as_list())
                   for key, spec in function.structured_input_signature[1].items()}
         assert inputs == {spec.name: (spec.dtype, spec.shape.as_list())
-                          for spec in signature.inputs}, name
+                          for spec in input_specs(name)}, name
         outputs = {key: (spec.dtype, spec.shape.rank)
                    for key, spec in function.structured_outputs.items()}
         assert outputs == {output.name: (output.dtype, output.rank)

@@ -133,22 +133,46 @@ def test_odd_ids_get_the_same_answer_from_tf_serving_and_onnx(server, onnx_dir, 
         np.testing.assert_array_equal(served["score"], expected["score"])
 
 
-def test_inputs_of_the_wrong_rank_are_refused_naming_the_input(server, onnx_dir):
+def refusal(server: SessionServer, name: str, inputs: dict[str, np.ndarray]) -> str:
+    """The first line of the InvalidArgumentError that a request to signature `name` fails
+    with."""
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        server.predict(predict_request("tiny", inputs, name))
+    return str(error.value).splitlines()[0]
+
+
+def test_inputs_of_the_wrong_rank_are_refused_naming_the_input(server, onnx_dir,
+                                                               export_translator):
+    """The session runs the graph as TF Serving does, without the Python client's check of a
+    fed value's shape against its placeholder's: the graph checks the rank itself."""
     from export.onnx_runtime import OnnxTranslator
 
-    for value in (np.array("bird", object), np.array([["bird"]], object)):
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match=r"serving_default_text.* is not compatible with expected "
-                                 r"shape \[\?\]"):
-            translate(server, value)
+    assert refusal(server, "serving_default", {"text": np.array("bird", object)}) == \
+        "assertion failed: [text: expected rank 1 (a [batch] vector of strings), got rank 0]"
+    assert refusal(server, "serving_default", {"text": np.array([["bird"]], object)}) == \
+        "assertion failed: [text: expected rank 1 (a [batch] vector of strings), got rank 2]"
+    assert refusal(server, "translate_ids", {"source_ids": np.array([40, 3], np.int32)}) == \
+        ("assertion failed: [source_ids: expected rank 2 (a [batch, time] matrix of int32), "
+         "got rank 1]")
     for value in (np.array([40, 3], np.int32), np.array([[[40, 3]]], np.int32)):
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match=r"translate_ids_source_ids.* is not compatible with expected "
-                                 r"shape \[\?,\?\]"):
-            ids_request(server, value)
         with pytest.raises(Exception, match=r"Invalid rank for input: source_ids Got: \d "
                                             r"Expected: 2"):
             OnnxTranslator(onnx_dir).translate_ids(value)
+    assert translate(server, SENTENCES)[0] == export_translator.translate_lines(SENTENCES)
+
+
+@pytest.mark.parametrize("name", list(SIGNATURES))
+def test_every_signature_refuses_each_input_of_another_rank_naming_it(server, name):
+    """Each input of the signature, the others valid (its warm-up request's), one rank short
+    and one rank over the table's."""
+    valid = SIGNATURES[name].warmup(np.array(SENTENCES[:2], object),
+                                    np.array([[40, 3], [41, 3]], np.int32))
+    for expected in SIGNATURES[name].inputs:
+        value = valid[expected.name]
+        for wrong in (np.asarray(value[0]), value[..., None]):
+            assert refusal(server, name, {**valid, expected.name: wrong}) == (
+                f"assertion failed: [{expected.name}: {expected.expected()}, got rank "
+                f"{wrong.ndim}]"), (name, expected.name)
 
 
 def test_translate_ids_ignores_the_batchers_padding(server, onnx_dir, keras_reference):

@@ -17,9 +17,11 @@ Translator's `DecodingSettings`):
 * a row of `source_ids` ends at its first EOS: whatever follows reads as PAD, so that rows
   that TF Serving's batcher merged and padded with each request's first id
   (--enable_batching, pad_variable_length_inputs) translate as they would alone;
-* a `text` that is not a vector [batch], or `source_ids` that are not a matrix [batch,
-  time], is refused with InvalidArgumentError ("... is not compatible with expected shape";
-  ONNX Runtime: "Invalid rank for input"); so is a second input of another batch size.
+* an input of another rank than its signature's (`text` not a vector [batch], `source_ids`
+  not a matrix [batch, time], ...) is refused with InvalidArgumentError naming it, "text:
+  expected rank 1 (a [batch] vector of strings), got rank 2" (`signatures.checked_inputs`,
+  which each signature's function calls first; ONNX Runtime: "Invalid rank for input"); so is
+  a second input of another batch size.
 
 The module tracks the tf.Variables inside the model's Keras variables and holds the model
 untracked: a Keras 3 variable exports as a copy of its tf.Variable, which tf.saved_model.load
@@ -47,8 +49,8 @@ from export.translator.align import (aligned_translation, alignment_outputs,
                                      translated_aligned_in_batches)
 from export.translator.sample import sampled_translation, sampling_checks
 from export.translator.score import score_outputs, scored_batch
-from export.translator.signatures import (IDS_SPEC, PREFIX_SPEC, TARGET_IDS_SPEC, TARGET_SPEC,
-                                          TERMS_SPEC, TEXT_SPEC, input_specs)
+from export.translator.signatures import (SOURCE_IDS, TARGET_PIECES, checked_inputs,
+                                          input_specs)
 from export.translator.terms import termed_translation
 from export.translator.translate import (clean_source_ids, nbest_hypotheses, nbest_outputs,
                                          nbest_pairs, prefix_pieces, prefixed_in_batches,
@@ -110,7 +112,7 @@ class Translator(tf.Module):
     @tf.function(input_signature=input_specs("translate_ids"), autograph=False)
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         """source ids [batch, time] -> best target ids [batch, time] and score [batch]."""
-        source_ids = tf.ensure_shape(source_ids, IDS_SPEC.shape)  # TF Serving does not check
+        source_ids, = checked_inputs("translate_ids", source_ids)
         target_ids, score = self.search(clean_source_ids(source_ids,
                                                          self.model.model_config.vocab_size))
         return {"target_ids": target_ids, "score": score}
@@ -118,19 +120,21 @@ class Translator(tf.Module):
     @tf.function(input_signature=input_specs("serving_default"), autograph=False)
     def translate(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] -> translations [batch] and score [batch]."""
+        text, = checked_inputs("serving_default", text)
         return translation_outputs(self.spm_model_proto, *self.search(self.encode(text)))
 
     @tf.function(input_signature=input_specs("translate_nbest"), autograph=False)
     def translate_nbest(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] -> the final beam's translations [batch, beam] and scores
         [batch, beam], best first (the first is `translate`'s)."""
+        text, = checked_inputs("translate_nbest", text)
         return nbest_outputs(self.spm_model_proto, *self.nbest_ids(self.encode(text)))
 
     @tf.function(input_signature=input_specs("translate_prefix"), autograph=False)
     def translate_prefix(self, text: tf.Tensor, prefix: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] and target prefixes [batch] -> translations [batch] that begin
         with their prefix (an empty prefix: as `translate`) and score [batch]."""
-        prefix = tf.ensure_shape(prefix, PREFIX_SPEC.shape)  # TF Serving does not check
+        text, prefix = checked_inputs("translate_prefix", text, prefix)
         with tf.control_dependencies([_same_batch(text, prefix, "prefix")]):
             source_ids = self.encode(text)
         ids, scores = self.hypotheses(source_ids, prefix_pieces(self.spm_model_proto, prefix))
@@ -140,7 +144,7 @@ class Translator(tf.Module):
     def translate_terms(self, text: tf.Tensor, terms: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] and target terms [batch, terms] ("": none) -> translations that
         hold their terms, scores, whether the terms fit and were found, and alignments."""
-        terms = tf.ensure_shape(terms, TERMS_SPEC.shape)  # TF Serving does not check
+        text, terms = checked_inputs("translate_terms", text, terms)
         with tf.control_dependencies([_same_batch(text, terms, "terms")]):
             source_ids = self.encode(text)
         return termed_translation(self.model, self.spm_model_proto, self.settings, source_ids,
@@ -152,8 +156,9 @@ class Translator(tf.Module):
         """UTF-8 lines [batch] and each one's sampling parameters [batch] -> a translation
         drawn at random [batch] and its score [batch]; a parameter out of range (top_k < 0,
         top_p outside (0, 1], temperature <= 0) fails the request (InvalidArgumentError)."""
-        sampling = Sampling(*(tf.ensure_shape(value, [None])
-                              for value in (top_k, top_p, temperature, seed)))
+        text, *parameters = checked_inputs("translate_sample", text, top_k, top_p, temperature,
+                                           seed)
+        sampling = Sampling(*parameters)
         checks = [_same_batch(text, value, "the sampling parameters") for value in sampling]
         with tf.control_dependencies(checks + sampling_checks(sampling)):
             source_ids = self.encode(text)
@@ -165,7 +170,7 @@ class Translator(tf.Module):
         """UTF-8 lines [batch] and their translations [batch] -> the translations' scores
         (as `translate` scores its own), log-probabilities and pieces. A target of more
         pieces than the model accepts fails the request (InvalidArgumentError), uncut."""
-        return self.score_ids(*self.encode_pairs(text, target))
+        return self.score_ids(*self.encode_pairs(*checked_inputs("score", text, target)))
 
     @tf.function(input_signature=input_specs("align"), autograph=False)
     def align(self, text: tf.Tensor, target: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -173,18 +178,19 @@ class Translator(tf.Module):
         `I-J ...`, source word I aligned to target word J (`export.translator.align`). A
         target of more pieces than the model's positions fails the request."""
         return alignment_outputs(self.model, self.spm_model_proto,
-                                 *self.encode_pairs(text, target))
+                                 *self.encode_pairs(*checked_inputs("align", text, target)))
 
     @tf.function(input_signature=input_specs("translate_aligned"), autograph=False)
     def translate_aligned(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         """UTF-8 lines [batch] -> `translate`'s outputs and each translation's word alignment
         [batch], in one request (`export.translator.align`)."""
+        text, = checked_inputs("translate_aligned", text)
         source_ids = self.encode(text)  # [batch, source]
         target_ids, score = self.search(source_ids)  # [batch, time]: pieces, EOS, PAD
         return aligned_translation(self.model, self.spm_model_proto, source_ids, target_ids,
                                    score)
 
-    @tf.function(input_signature=[IDS_SPEC, TARGET_IDS_SPEC], autograph=False)
+    @tf.function(input_signature=[SOURCE_IDS.spec, TARGET_PIECES.spec], autograph=False)
     def score_ids(self, source_ids: tf.Tensor, target_pieces: tf.Tensor
                   ) -> dict[str, tf.Tensor]:
         """source ids [batch, time] and target pieces [batch, time] (then PAD) -> `score`'s
@@ -194,15 +200,12 @@ class Translator(tf.Module):
     def encode_pairs(self, text: tf.Tensor, target: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Graph code: lines [batch] and their translations [batch] -> (source ids [batch,
         time], target pieces [batch, time] then PAD); a batch size that differs fails."""
-        target = tf.ensure_shape(target, TARGET_SPEC.shape)  # TF Serving does not check
         with tf.control_dependencies([_same_batch(text, target, "target")]):
             source_ids = self.encode(text)
         return source_ids, Tokenizer(self.spm_model_proto).tokenize(target).to_tensor(PAD_ID)
 
     def encode(self, text: tf.Tensor) -> tf.Tensor:
-        """Graph code: UTF-8 lines [batch] -> source ids [batch, time]; a `text` that is not a
-        vector is refused at run time (TF Serving does not check it)."""
-        text = tf.ensure_shape(text, TEXT_SPEC.shape)
+        """Graph code: UTF-8 lines [batch] -> source ids [batch, time]."""
         return encode_text(text, self.spm_model_proto, self.settings.max_source_length)
 
     def search(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -210,7 +213,7 @@ class Translator(tf.Module):
         ids, scores = self.nbest_ids(source_ids)
         return ids[:, 0], scores[:, 0]
 
-    @tf.function(input_signature=[IDS_SPEC], autograph=False)
+    @tf.function(input_signature=[SOURCE_IDS.spec], autograph=False)
     def nbest_ids(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """source ids [batch, time] -> `hypotheses` without prefixes (traced once)."""
         return self.hypotheses(source_ids)

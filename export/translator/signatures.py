@@ -1,8 +1,10 @@
 """The serving contract, in one table: each signature of the SavedModel by name, the Translator
-function it runs, its inputs (name, dtype, shape), its outputs (name, dtype, rank) and the
+function it runs, its inputs (name, dtype, axes), its outputs (name, dtype, rank) and the
 inputs of its TF Serving warm-up requests.
 
-The Translator's functions take their input signatures from it (`input_specs`),
+The Translator's functions take their input signatures from it (`input_specs`) and check
+their inputs' ranks against it in the graph (`checked_inputs`: TF Serving feeds a request's
+tensors whatever their shape; one of another rank fails the request, naming the input),
 `export.saved_model` saves and warms up the signatures it lists, and the tests check the
 exported SavedModel (tests/test_saved_model.py, tests/test_serving.py) and the docs' tables
 (tests/test_signature_docs.py: README.md and ARCHITECTURE.md, "Serving signatures") against it.
@@ -13,6 +15,8 @@ Example:
     'translate'
     >>> [spec.name for spec in SIGNATURES["score"].inputs]
     ['text', 'target']
+    >>> SOURCE_IDS.expected()
+    'expected rank 2 (a [batch, time] matrix of int32)'
 """
 from __future__ import annotations
 
@@ -21,16 +25,33 @@ from typing import Callable, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
-PREFIX_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
-TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
-TERMS_SPEC = tf.TensorSpec([None, None], tf.string, name="terms")  # "" as padding
-SAMPLING_SPECS = (tf.TensorSpec([None], tf.int32, name="top_k"),
-                  tf.TensorSpec([None], tf.float32, name="top_p"),
-                  tf.TensorSpec([None], tf.float32, name="temperature"),
-                  tf.TensorSpec([None], tf.int64, name="seed"))
-IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
-TARGET_IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_pieces")  # score.onnx
+
+class Input(NamedTuple):
+    name: str
+    dtype: tf.DType
+    axes: tuple[str, ...]  # ("batch",) or ("batch", "time" | "terms")
+
+    @property
+    def spec(self) -> tf.TensorSpec:
+        """The input signature's TensorSpec: any size along each axis."""
+        return tf.TensorSpec([None] * len(self.axes), self.dtype, name=self.name)
+
+    def expected(self) -> str:
+        """What a request of another rank is told it should have sent."""
+        kind = {1: "vector", 2: "matrix"}[len(self.axes)]
+        values = "strings" if self.dtype == tf.string else self.dtype.name
+        return (f"expected rank {len(self.axes)} (a [{', '.join(self.axes)}] {kind} of "
+                f"{values})")
+
+
+TEXT = Input("text", tf.string, ("batch",))
+PREFIX = Input("prefix", tf.string, ("batch",))
+TARGET = Input("target", tf.string, ("batch",))
+TERMS = Input("terms", tf.string, ("batch", "terms"))  # "" as padding
+SAMPLING = (Input("top_k", tf.int32, ("batch",)), Input("top_p", tf.float32, ("batch",)),
+            Input("temperature", tf.float32, ("batch",)), Input("seed", tf.int64, ("batch",)))
+SOURCE_IDS = Input("source_ids", tf.int32, ("batch", "time"))
+TARGET_PIECES = Input("target_pieces", tf.int32, ("batch", "time"))  # score.onnx
 
 
 class Output(NamedTuple):
@@ -51,7 +72,7 @@ WarmupInputs = Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]]
 
 class Signature(NamedTuple):
     method: str                        # the Translator's tf.function that serves it
-    inputs: tuple[tf.TensorSpec, ...]  # in the function's argument order
+    inputs: tuple[Input, ...]          # in the function's argument order
     outputs: tuple[Output, ...]
     warmup: WarmupInputs
 
@@ -61,34 +82,34 @@ def _text(lines: np.ndarray, source_ids: np.ndarray) -> dict[str, np.ndarray]:
 
 
 SIGNATURES: dict[str, Signature] = {
-    "serving_default": Signature("translate", (TEXT_SPEC,), (TRANSLATION, SCORE), _text),
+    "serving_default": Signature("translate", (TEXT,), (TRANSLATION, SCORE), _text),
     "translate_ids": Signature(
-        "translate_ids", (IDS_SPEC,), (TARGET_IDS, SCORE),
+        "translate_ids", (SOURCE_IDS,), (TARGET_IDS, SCORE),
         lambda lines, source_ids: {"source_ids": source_ids}),
     "translate_nbest": Signature(
-        "translate_nbest", (TEXT_SPEC,),
+        "translate_nbest", (TEXT,),
         (Output("translations", tf.string, 2), Output("scores", tf.float32, 2)), _text),
     "translate_prefix": Signature(
-        "translate_prefix", (TEXT_SPEC, PREFIX_SPEC), (TRANSLATION, SCORE),
+        "translate_prefix", (TEXT, PREFIX), (TRANSLATION, SCORE),
         lambda lines, source_ids: {"text": lines, "prefix": np.full_like(lines, "")}),
     "translate_sample": Signature(
-        "translate_sample", (TEXT_SPEC, *SAMPLING_SPECS), (TRANSLATION, SCORE),
+        "translate_sample", (TEXT, *SAMPLING), (TRANSLATION, SCORE),
         lambda lines, source_ids: {
             "text": lines, "top_k": np.zeros(len(lines), np.int32),
             "top_p": np.ones(len(lines), np.float32),
             "temperature": np.ones(len(lines), np.float32),
             "seed": np.arange(len(lines), dtype=np.int64)}),
     "score": Signature(
-        "score", (TEXT_SPEC, TARGET_SPEC),
+        "score", (TEXT, TARGET),
         (SCORE, Output("log_prob", tf.float32, 1), TARGET_IDS,
          Output("token_log_probs", tf.float32, 2)),
         lambda lines, source_ids: {"text": lines, "target": lines}),
-    "align": Signature("align", (TEXT_SPEC, TARGET_SPEC), (ALIGNMENT,),
+    "align": Signature("align", (TEXT, TARGET), (ALIGNMENT,),
                        lambda lines, source_ids: {"text": lines, "target": lines}),
-    "translate_aligned": Signature("translate_aligned", (TEXT_SPEC,),
+    "translate_aligned": Signature("translate_aligned", (TEXT,),
                                    (TRANSLATION, SCORE, ALIGNMENT), _text),
     "translate_terms": Signature(
-        "translate_terms", (TEXT_SPEC, TERMS_SPEC),
+        "translate_terms", (TEXT, TERMS),
         (TRANSLATION, SCORE, Output("terms_fit", tf.bool, 1), Output("term_found", tf.bool, 2),
          ALIGNMENT),
         lambda lines, source_ids: {"text": lines, "terms": lines[:, None]}),
@@ -97,4 +118,26 @@ SIGNATURES: dict[str, Signature] = {
 
 def input_specs(name: str) -> list[tf.TensorSpec]:
     """The input signature of the Translator function that serves signature `name`."""
-    return list(SIGNATURES[name].inputs)
+    return [expected.spec for expected in SIGNATURES[name].inputs]
+
+
+def checked_inputs(name: str, *inputs: tf.Tensor) -> list[tf.Tensor]:
+    """Graph code: the inputs of signature `name`, in the table's order, each passed on once
+    its rank is the table's; one of another rank fails the request with InvalidArgumentError
+    "assertion failed: [text: expected rank 1 (a [batch] vector of strings), got rank 2]"."""
+    return [_rank_checked(tensor, expected)
+            for tensor, expected in zip(inputs, SIGNATURES[name].inputs, strict=True)]
+
+
+def _rank_checked(tensor: tf.Tensor, expected: Input) -> tf.Tensor:
+    # The rank is the size of the shape's value passed through SerializeTensor and ParseTensor,
+    # whose output has no shape for shape inference: grappler folds a Rank (or the Size of a
+    # Shape) to the rank it infers for the tensor, the input signature's or one that an op
+    # downstream merges into it (tf.ensure_shape among them), and the check with it; the
+    # shape's value it cannot fold, the batch size being the request's.
+    shape = tf.io.parse_tensor(tf.io.serialize_tensor(tf.shape(tensor)), tf.int32)
+    rank = tf.size(shape)
+    message = tf.strings.format(f"{expected.name}: {expected.expected()}, got rank {{}}", rank)
+    check = tf.debugging.Assert(tf.equal(rank, len(expected.axes)), [message])
+    with tf.control_dependencies([check]):
+        return tf.identity(tensor)

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from pipelines.config import PipelineConfig
 from pipelines.config.evaluate import DECODING_KEYS
 from pipelines.files import atomic_open
-from pipelines.paths import RunPaths
+from pipelines.paths import RunPaths, parent_vocabulary
 
 Files = Callable[[PipelineConfig, RunPaths], list[Path]]
 FULL_HASH_BYTES = 64 << 20  # inputs up to this size are hashed whole
@@ -104,8 +104,6 @@ def _identity(path: Path) -> list:
 def _corpus(config: PipelineConfig, paths: RunPaths) -> list[Path]:
     """The user's corpus files (source `files`), and the parent's vocabulary that a fine-tuning
     run copies (`train.init_from`)."""
-    from pipelines.training.parent import parent_vocabulary
-
     splits = (config.data.train, config.data.dev, config.data.test)
     corpus = [path for split in splits if split for path in (split.src, split.tgt, split.tsv)
               if path]

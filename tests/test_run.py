@@ -208,16 +208,39 @@ def test_bad_config_fails_before_any_work(tiny_config, edit, expected, capsys):
 
 
 @pytest.mark.slow
-def test_config_errors_need_no_tensorflow(tmp_path):
-    """Config checks run before TensorFlow is imported (which alone takes seconds)."""
-    code = ("import sys\nfrom pipelines.config import load_config\n"
-            f"try:\n    load_config({str(tmp_path / 'c.yaml')!r})\nexcept Exception as e:\n"
-            "    print(type(e).__name__, e)\nprint('tensorflow' in sys.modules)\n")
+def test_config_errors_and_whether_prepare_is_stale_need_no_tensorflow(tmp_path):
+    """Config checks, and `run`'s check of whether prepare is up to date (which decides whether
+    the corpus files are checked), come before TensorFlow is imported, which alone takes
+    seconds; imported any earlier than the CLI's quiet start-up (pipelines.startup), it prints
+    absl's `WARNING: All log messages before absl::InitializeLog() ...` and its own lines."""
+    parent = tmp_path / "parent"
+    (parent / "vocab").mkdir(parents=True)
+    (parent / "vocab" / "spm.model").write_bytes(b"a parent's vocabulary")
+    (tmp_path / "train.src").write_text("a\n")
+    (tmp_path / "train.tgt").write_text("b\n")
     (tmp_path / "c.yaml").write_text("name: x\ndata: {source: bible:en-fr, vocab_sise: 10}\n")
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump({
+        "name": "x", "run_dir": str(tmp_path / "run"), "train": {"init_from": str(parent)},
+        "data": {"source": "files", "train": {"src": "train.src", "tgt": "train.tgt"}}}))
+    code = f"""import json, sys
+from pipelines.config import load_config
+from pipelines.paths import RunPaths
+from pipelines.run import STAGES, fingerprint, stale_reason
+try:
+    load_config({str(tmp_path / 'c.yaml')!r})
+except Exception as e:
+    print(type(e).__name__, e)
+config = load_config({str(tmp_path / 'ok.yaml')!r})
+stamp = RunPaths(config.run_path).stamp("prepare")
+stamp.parent.mkdir(parents=True)
+stamp.write_text(json.dumps({{"config": fingerprint(config, STAGES[0])}}))
+print(stale_reason(config, STAGES[0]))
+print('tensorflow' in sys.modules)
+"""
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True).stdout.splitlines()
     assert output[0].startswith("ConfigError") and "data.vocab_sise" in output[0]
-    assert output[1] == "False"
+    assert output[1:] == [f"missing {tmp_path / 'run' / 'data' / 'train.json'}", "False"]
 
 
 def test_report_shows_scores_speed_files_and_identical_runtime_translations(first_run):

@@ -85,6 +85,9 @@ def no_slow_work(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"  # inherited by subprocesses
+    # The CLI's default (pipelines/cli.py), which TensorFlow reads once, at its import: the CLI
+    # run in this process logs as it does for a user, however pytest was started.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:  # the cores shared out to the workers' kernels (inter-op threads kept:
         # a collective between replicas waits on one while another runs)

@@ -133,8 +133,8 @@ class TrainingRun:
             self.progress.close()
 
     def _run(self) -> TrainSummary:
-        for problem in self.saver.skipped:
-            self.progress.message(f"skipped an incomplete checkpoint: {problem}")
+        for damage in self.saver.damage:
+            self.progress.message(damage)
         if self.init_from and not self.start_step:
             self.progress.message(f"fine-tuning from {self.init_from}: its weights, a fresh "
                                   f"optimizer and schedule")

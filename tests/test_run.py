@@ -265,6 +265,8 @@ def variant(tiny_config: Path, name: str, edit) -> PipelineConfig:
 def test_each_stage_is_stale_only_for_the_keys_it_reads(first_run, tiny_config):
     config, _, _ = first_run
     stages = {stage.name: stage for stage in STAGES}
+    train_stamp = RunPaths(config.run_path).stamp("train")
+    stamped = train_stamp.read_text()  # put back after each run: the run stays up to date
     averaging = variant(tiny_config, "average3", lambda c: c["train"].update(average_last=2))
     assert stale_reason(averaging, stages["train"]) is None
     assert stale_reason(averaging, stages["average"]) == "train.average_last changed"
@@ -274,6 +276,20 @@ def test_each_stage_is_stale_only_for_the_keys_it_reads(first_run, tiny_config):
     before = summary.read_text()
     assert run(logging, only="train", echo=lambda text: None) == ["train"]  # nothing to do
     assert summary.read_text() == before  # the summary of the run that trained is kept
+    train_stamp.write_text(stamped)
+
+    # train.steps below the latest checkpoint: the train stage says so, trains nothing and is
+    # done (not tried again); the later stages read the checkpoints as they are.
+    fewer = variant(tiny_config, "fewer", lambda c: c["train"].update(steps=8))
+    assert stale_reason(fewer, stages["train"]) == "train.steps changed"
+    messages = []
+    assert run(fewer, only="train", echo=messages.append) == ["train"]
+    assert messages == ["[train] running: requested", "the run is already at step 12, beyond "
+                        "train.steps 8: nothing to train (raise train.steps to train further)"]
+    assert stale_reason(fewer, stages["train"]) is None
+    assert stale_reason(fewer, stages["average"]) is None
+    assert summary.read_text() == before
+    train_stamp.write_text(stamped)
 
 
 def test_a_subset_of_export_formats(first_run, tiny_config):

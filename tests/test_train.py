@@ -188,6 +188,19 @@ def test_a_broken_checkpoint_index_resumes_from_the_newest_complete_checkpoint(
 
 
 @pytest.mark.slow
+def test_steps_below_the_latest_checkpoint_train_nothing_and_say_so(
+        six_steps: dict[str, typing.Any], tmp_path: Path, capfd, caplog) -> None:
+    """Not an error (status 0): one line, and nothing trained or written."""
+    config, paths = copy_run(six_steps["directory"], tmp_path)
+    files = sorted((path, path.stat().st_mtime_ns) for path in paths.root.rglob("*"))
+    assert train_to(config, 4) == 0
+    assert cli_output(capfd, caplog) == ([], [
+        "keras-transformer train: the run is already at step 6, beyond train.steps 4: nothing "
+        "to train (raise train.steps to train further)"])
+    assert sorted((path, path.stat().st_mtime_ns) for path in paths.root.rglob("*")) == files
+
+
+@pytest.mark.slow
 def test_checkpoints_of_another_vocabulary_are_refused(six_steps: dict[str, typing.Any],
                                                        tmp_path: Path) -> None:
     from keras_transformer.tokenizer import train_sentencepiece

@@ -53,6 +53,11 @@ class TrainingDiverged(RuntimeError):
     """The loss or the gradients became NaN or Inf; no checkpoint holds the bad weights."""
 
 
+class NothingToTrain(Exception):
+    """The run's latest checkpoint is beyond `train.steps` (lowered since): no update is made.
+    Not an error: rerunning a finished run is not one."""
+
+
 def train(config: PipelineConfig, *, strategy: tf.distribute.Strategy | None = None,
           dataset_fn: DatasetFn | None = None) -> TrainSummary:
     """Trains (or resumes training) the run of `config` to `train.steps` updates, or until its
@@ -69,6 +74,7 @@ def train(config: PipelineConfig, *, strategy: tf.distribute.Strategy | None = N
             fine-tuned (see `pipelines.training.parent`).
         OSError: the run directory cannot be written, or a checkpoint cannot (a full disk).
         TrainingDiverged: a non-finite loss or gradient.
+        NothingToTrain: the run's latest checkpoint is beyond `train.steps`.
     """
     return TrainingRun(config, strategy=strategy, dataset_fn=dataset_fn).run()
 
@@ -98,6 +104,10 @@ class TrainingRun:
                                      self.trainer.weight_average)
         self.start_step = self.saver.restore()
         check_same_step_as_chief(self.strategy, self.start_step, self.paths.checkpoints)
+        if self.start_step > self.settings.steps:
+            raise NothingToTrain(f"the run is already at step {self.start_step:,}, beyond "
+                                 f"train.steps {self.settings.steps}: nothing to train (raise "
+                                 f"train.steps to train further)")
         self.skipped_updates = 0  # by loss scaling
         self.init_from = start_from_parent(config, self.start_step, self.trainer.model,
                                            chief=is_chief(self.strategy))

@@ -27,8 +27,12 @@ from typing import Callable
 
 import pytest
 
-from pipelines.config import load_config
-from pipelines.corpus.prepare import PrepareSummary, prepare
+# The CLI's default (pipelines/cli.py), which TensorFlow reads once, on importing (below): the CLI
+# run in this process logs as it does for a user, however pytest was started.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from pipelines.config import load_config  # noqa: E402 (after the environment is set)
+from pipelines.corpus.prepare import PrepareSummary, prepare  # noqa: E402
 
 
 # The files that take a worker longest, slowest first (seconds of one worker in a full run on
@@ -85,9 +89,6 @@ def no_slow_work(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"  # inherited by subprocesses
-    # The CLI's default (pipelines/cli.py), which TensorFlow reads once, at its import: the CLI
-    # run in this process logs as it does for a user, however pytest was started.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:  # the cores shared out to the workers' kernels (inter-op threads kept:
         # a collective between replicas waits on one while another runs)

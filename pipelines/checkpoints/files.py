@@ -1,7 +1,8 @@
 """A run's checkpoint files: finding them (the index, read and repaired here, not by
 tf.train.get_checkpoint_state and the like, which log warnings of a damaged one; the newest
-complete one), checking one whole before a restore (`checkpoint_problem`: its index reads, its data files hold the bytes
-the index lists), and TensorFlow's read and write errors as one line naming the file.
+complete one), checking one whole before a restore (`checkpoint_problem`: its index reads, its
+data files hold the bytes the index lists), and TensorFlow's read and write errors as one line
+naming the file.
 
 Example:
     >>> prefixes = training_checkpoints(RunPaths(run_dir))  # oldest first
@@ -84,7 +85,7 @@ def newest_readable_checkpoint(paths: RunPaths,
             raise InputError(f"{directory}: no checkpoint there is complete ({skipped[0][1]}); "
                              f"move the directory away to train from step 0")
         if repair_index:
-            index.unlink(missing_ok=True)  # (CheckpointManager would list what it names)
+            index.unlink(missing_ok=True)  # else CheckpointManager would keep listing its names
         return None, []
     notes = [f"skipped the incomplete checkpoint {name}: {problem}" for name, problem in skipped]
     listed, problem = _read_index(paths)
@@ -115,7 +116,7 @@ def _read_index(paths: RunPaths) -> tuple[list[str], str | None]:
     names: dict[str, list[str]] = {field: [] for field in INDEX_PATHS}
     for number, line in enumerate(text.splitlines(), 1):
         field, _, value = (part.strip() for part in line.partition(":"))
-        if not line.strip() or field in INDEX_TIMES and INDEX_TIME.fullmatch(value):
+        if not line.strip() or (field in INDEX_TIMES and INDEX_TIME.fullmatch(value)):
             continue
         name = _unquoted(value) if field in INDEX_PATHS else None
         if name is None:

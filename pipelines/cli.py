@@ -211,12 +211,14 @@ def _prepare(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from pipelines.training.interruption import TrainingStopped
     from pipelines.training.strategy import cluster_spec, exit_worker
-    from pipelines.training.train import TrainingDiverged, train
+    from pipelines.training.train import NothingToTrain, TrainingDiverged, train
 
     warn_unused_gpu_driver("train", "training")
     status = 0
     try:
         print(train(load_config(args.config)).format())
+    except NothingToTrain as notice:
+        print(f"keras-transformer train: {notice}", file=sys.stderr)
     except TrainingDiverged as error:
         print(f"keras-transformer train: error: {error}", file=sys.stderr)
         status = 1

@@ -1,5 +1,7 @@
 """The map of a run directory, runs/NAME/: every stage finds its files through `RunPaths`, and
-`keras-transformer run` derives each stage's inputs and outputs from it.
+`keras-transformer run` derives each stage's inputs and outputs from it. `run_root` finds the
+run a path names (a fine-tuning run's parent, `train.init_from`) without TensorFlow, so that
+`run` tells whether `prepare` is up to date before TensorFlow's quiet start-up.
 
     data/train-K-of-N.{src,tgt}   train shards, listed by data/train.json
                                   (pipelines/corpus/shards.py)
@@ -30,11 +32,15 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipelines.corpus.shards import MANIFEST, Shard, train_shards
 
 CHECKPOINT_NAME = "ckpt"
 MODEL_RECORD = "model.json"  # beside checkpoints: the ModelConfig they hold
+
+if TYPE_CHECKING:
+    from pipelines.config import PipelineConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,3 +175,24 @@ class RunPaths:
 
     def stamp(self, stage: str) -> Path:
         return self.root / "stages" / f"{stage}.json"
+
+
+def run_root(path: Path) -> Path | None:
+    """The run directory `path` names: itself, or the nearest directory above a checkpoint
+    prefix that holds a vocabulary; None if there is none."""
+    if path.is_dir():
+        candidates = [path]
+    elif Path(f"{path}.index").is_file():
+        candidates = list(path.parents)
+    else:
+        return None
+    return next((directory for directory in candidates
+                 if RunPaths(directory).spm_model.is_file()), None)
+
+
+def parent_vocabulary(config: PipelineConfig) -> Path | None:
+    """The parent's SentencePiece model that `prepare` copies, if `train.init_from` names a
+    run or a checkpoint in one (None otherwise: `pipelines.training.parent.find_parent` says
+    why)."""
+    root = run_root(Path(config.train.init_from)) if config.train.init_from else None
+    return RunPaths(root).spm_model if root else None

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from pipelines.config import PipelineConfig
 from pipelines.config.evaluate import DECODING_KEYS
 from pipelines.files import atomic_open
-from pipelines.paths import RunPaths
+from pipelines.paths import RunPaths, parent_vocabulary
 
 Files = Callable[[PipelineConfig, RunPaths], list[Path]]
 FULL_HASH_BYTES = 64 << 20  # inputs up to this size are hashed whole
@@ -53,9 +53,13 @@ def _prepare(config: PipelineConfig) -> str:
 
 
 def _train(config: PipelineConfig) -> str:
-    from pipelines.training.train import train
+    from pipelines.training.train import NothingToTrain, train
 
-    summary, path = train(config), RunPaths(config.run_path).train_summary
+    try:
+        summary = train(config)
+    except NothingToTrain as notice:  # the stage is done: the later ones read its checkpoints
+        return str(notice)
+    path = RunPaths(config.run_path).train_summary
     if summary.step > summary.start_step or not path.exists():  # a run with nothing to do
         with atomic_open(path, "w") as file:  # keeps the summary of the run that trained
             json.dump(dataclasses.asdict(summary), file, indent=2, default=str)
@@ -104,8 +108,6 @@ def _identity(path: Path) -> list:
 def _corpus(config: PipelineConfig, paths: RunPaths) -> list[Path]:
     """The user's corpus files (source `files`), and the parent's vocabulary that a fine-tuning
     run copies (`train.init_from`)."""
-    from pipelines.training.parent import parent_vocabulary
-
     splits = (config.data.train, config.data.dev, config.data.test)
     corpus = [path for split in splits if split for path in (split.src, split.tgt, split.tsv)
               if path]

@@ -27,8 +27,12 @@ from typing import Callable
 
 import pytest
 
-from pipelines.config import load_config
-from pipelines.corpus.prepare import PrepareSummary, prepare
+# The CLI's default (pipelines/cli.py), which TensorFlow reads once, on importing (below): the CLI
+# run in this process logs as it does for a user, however pytest was started.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from pipelines.config import load_config  # noqa: E402 (after the environment is set)
+from pipelines.corpus.prepare import PrepareSummary, prepare  # noqa: E402
 
 
 # The files that take a worker longest, slowest first (seconds of one worker in a full run on

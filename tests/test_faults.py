@@ -9,7 +9,6 @@ import errno
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import tensorflow as tf
 from pipelines.checkpoints.files import (checkpoint_problem, checkpoint_step,
                                                  training_checkpoints)
 from pipelines.cli import main
+from cli_helpers import cli_output, run_read_only
 from tiny_run import copy_run
 
 DEV = ("--split", "dev")  # the tiny run has a dev split, no test split
@@ -31,11 +31,11 @@ def trained(trained_tiny_run: Path) -> Path:
     return trained_tiny_run
 
 
-def cli_error(capsys: pytest.CaptureFixture, *argv: str | Path) -> str:
+def cli_error(capture: pytest.CaptureFixture, *argv: str | Path) -> str:
     """Runs the CLI in-process, expecting exit status 2 and no traceback; returns the message
     of its `keras-transformer CMD: error: MESSAGE` line."""
     assert main([str(arg) for arg in argv]) == 2
-    err = capsys.readouterr().err
+    err = capture.readouterr().err
     assert "Traceback" not in err
     prefix = f"keras-transformer {argv[0]}: error: "
     last = err.strip().splitlines()[-1]
@@ -43,28 +43,35 @@ def cli_error(capsys: pytest.CaptureFixture, *argv: str | Path) -> str:
     return last[len(prefix):]
 
 
-def test_an_incomplete_checkpoint_is_named_and_resuming_skips_it(trained, tmp_path, capsys):
+def test_an_incomplete_checkpoint_is_named_and_resuming_skips_it(trained, tmp_path, capfd,
+                                                               caplog):
     config, paths = copy_run(trained, tmp_path)
     data = paths.checkpoints / "ckpt-20.data-00000-of-00001"
     intact = (paths.checkpoints / "ckpt-10.data-00000-of-00001").read_bytes()
     os.truncate(data, data.stat().st_size // 3)
     for command in (["average"], ["evaluate", *DEV], ["export"]):
-        assert cli_error(capsys, command[0], config, *command[1:]).startswith(
+        assert cli_error(capfd, command[0], config, *command[1:]).startswith(
             f"{data}: truncated")
 
-    # Training resumes from the newest complete checkpoint and saves a whole ckpt-20 again.
+    # Training resumes from the newest complete checkpoint and saves a whole ckpt-20 again,
+    # naming both in its output; nothing on stderr (no TensorFlow log line).
     assert main(["train", str(config)]) == 0
-    out = capsys.readouterr().out
-    assert f"skipped an incomplete checkpoint: {data}: truncated" in out
-    assert f"resumed from {paths.checkpoints / 'ckpt-10'} at step 10" in out
+    out, err = cli_output(capfd, caplog)
+    assert out[1].startswith(f"skipped the incomplete checkpoint ckpt-20: {data}: truncated")
+    assert out[2].startswith(f"resumed from {paths.checkpoints / 'ckpt-10'} at step 10 (")
+    assert err == []
     assert [checkpoint_step(p) for p in training_checkpoints(paths)] == [10, 20]
     assert checkpoint_problem(paths.checkpoints / "ckpt-20") is None
     assert (paths.checkpoints / "ckpt-10.data-00000-of-00001").read_bytes() == intact
 
     index = paths.checkpoints / "ckpt-20.index"
     os.truncate(index, 100)
-    assert cli_error(capsys, "evaluate", config, *DEV, "--checkpoint",
+    assert cli_error(capfd, "evaluate", config, *DEV, "--checkpoint",
                      paths.checkpoints / "ckpt-20").startswith(f"{index}: unreadable")
+    paths.checkpoint_index.write_text("garbage {{{\n")  # train rewrites it (tests/test_train.py)
+    assert cli_error(capfd, "average", config) == (
+        f"{paths.checkpoint_index}: unreadable (line 1: garbage {{{{{{); `keras-transformer "
+        f"train` rewrites it from the checkpoints beside it")
 
 
 def test_an_edited_model_section_names_the_field_not_a_shape(trained, tmp_path, capsys):
@@ -137,33 +144,18 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_leaves_no_part(trained,
 
 
 def test_a_read_only_run_fails_in_one_line_before_any_work(trained, tmp_path):
-    """A real read-only directory: chmod for a user; for root, whom chmod does not stop, a
-    read-only bind mount in a mount namespace of its own (one child process in either case)."""
+    """A real read-only directory (`run_read_only`), one child process: each command's error
+    line, and nothing else on stderr."""
     config, paths = copy_run(trained, tmp_path)
     code = ("import sys; from pipelines.cli import main; config = sys.argv[1]; "
             "print([main([command, config, *extra]) for command, *extra in "
             "(['evaluate', '--split', 'dev'], ['export'], ['train'], ['average'])])")
-    command = [sys.executable, "-c", code, str(config)]
-    if os.geteuid() == 0:
-        if shutil.which("unshare") is None:
-            pytest.skip("root without unshare: chmod cannot make a directory read-only for root")
-        command = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o '
-                   'remount,ro,bind "$0" "$0" || exit 77; exec "$@"', str(paths.root), *command]
-    else:
-        subprocess.run(["chmod", "-R", "a-w", str(paths.root)], check=True)
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    finally:
-        subprocess.run(["chmod", "-R", "u+w", str(paths.root)], check=True)
-    if result.returncode == 77:
-        pytest.skip("root without the right to mount: chmod cannot make a directory read-only "
-                    "for root")
+    result = run_read_only(paths.root, [sys.executable, "-c", code, str(config)])
     assert result.returncode == 0 and result.stdout.strip().splitlines()[-1] == "[2, 2, 2, 2]", \
         result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
     reason = "read-only file system" if os.geteuid() == 0 else "permission denied"
-    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
     expected = (("evaluate", paths.root), ("export", paths.root), ("train", paths.checkpoints),
                 ("average", paths.checkpoints))
-    assert errors == [f"keras-transformer {stage}: error: {directory}: {reason}"
-                      for stage, directory in expected]
+    assert result.stderr.splitlines() == [
+        f"keras-transformer {stage}: error: {directory}: {reason}"
+        for stage, directory in expected]

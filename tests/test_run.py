@@ -16,10 +16,11 @@ import yaml
 from pipelines.cli import main
 import pipelines.run as run_module
 from pipelines.paths import RunPaths
-from pipelines.run import STAGE_NAMES, STAGES, report, run, stale_reason
+from pipelines.run import STAGE_NAMES, STAGES, run, stale_reason
 from pipelines.config import (DataConfig, EvaluateConfig, ExportConfig, ModelSection,
                               PipelineConfig, TrainConfig, load_config)
 from pipelines.corpus.shards import train_shards
+from cli_helpers import CLI, cli_output, run_read_only
 
 SLICE = {"train": 400, "dev": 12, "test": 12}
 
@@ -144,6 +145,25 @@ def test_every_stage_writes_what_it_promises(first_run):
     assert sorted(p.stem for p in (run_path / "stages").glob("*.json")) == sorted(STAGE_NAMES)
 
 
+def test_a_finished_run_read_only_skips_every_stage_and_reports_on_stdout_alone(first_run,
+                                                                            tiny_config):
+    """`keras-transformer run` as a user runs it (a child process, TF_CPP_MIN_LOG_LEVEL unset)
+    on the finished run, read-only: every stage skipped, then the report (scores, speed, files,
+    each runtime's translations, the same), and nothing on stderr (no absl or TensorFlow
+    line)."""
+    config, _, _ = first_run
+    result = run_read_only(config.run_path, [sys.executable, "-c", CLI, "run", str(tiny_config)])
+    assert (result.returncode, result.stderr) == (0, "")
+    text = result.stdout.splitlines()
+    assert text[:len(STAGE_NAMES)] == [f"[{name}] up to date, skipped" for name in STAGE_NAMES]
+    assert text[len(STAGE_NAMES)] == f"run tiny ({config.run_path})"
+    assert any(line.startswith("  test      BLEU") for line in text)
+    assert any("target tokens/s" in line for line in text)
+    by_runtime = {runtime: [line[12:] for line in text if line.startswith(f"  {runtime:<9} ")]
+                  for runtime in ("tf", "onnx")}
+    assert len(by_runtime["tf"]) == 3 and by_runtime["tf"] == by_runtime["onnx"]
+
+
 def test_rerun_skips_every_stage_and_deleting_export_reruns_only_export(first_run,
                                                                         monkeypatch):
     config, _, _ = first_run
@@ -186,8 +206,10 @@ def test_config_change_and_newer_inputs_make_a_stage_stale(first_run, tiny_confi
     path.write_text(yaml.safe_dump(changed))
     assert stale_reason(load_config(path), evaluate) == "evaluate.beam_size changed"
     averaged = config.run_path / "checkpoints" / "averaged" / "ckpt.index"
+    times = averaged.stat()
     averaged.touch()
     assert stale_reason(config, evaluate) == "inputs are newer than outputs"
+    os.utime(averaged, ns=(times.st_atime_ns, times.st_mtime_ns))  # the run up to date again
 
 
 @pytest.mark.parametrize("edit, expected", [
@@ -208,26 +230,39 @@ def test_bad_config_fails_before_any_work(tiny_config, edit, expected, capsys):
 
 
 @pytest.mark.slow
-def test_config_errors_need_no_tensorflow(tmp_path):
-    """Config checks run before TensorFlow is imported (which alone takes seconds)."""
-    code = ("import sys\nfrom pipelines.config import load_config\n"
-            f"try:\n    load_config({str(tmp_path / 'c.yaml')!r})\nexcept Exception as e:\n"
-            "    print(type(e).__name__, e)\nprint('tensorflow' in sys.modules)\n")
+def test_config_errors_and_whether_prepare_is_stale_need_no_tensorflow(tmp_path):
+    """Config checks, and `run`'s check of whether prepare is up to date (which decides whether
+    the corpus files are checked), come before TensorFlow is imported, which alone takes
+    seconds; imported any earlier than the CLI's quiet start-up (pipelines.startup), it prints
+    absl's `WARNING: All log messages before absl::InitializeLog() ...` and its own lines."""
+    parent = tmp_path / "parent"
+    (parent / "vocab").mkdir(parents=True)
+    (parent / "vocab" / "spm.model").write_bytes(b"a parent's vocabulary")
+    (tmp_path / "train.src").write_text("a\n")
+    (tmp_path / "train.tgt").write_text("b\n")
     (tmp_path / "c.yaml").write_text("name: x\ndata: {source: bible:en-fr, vocab_sise: 10}\n")
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump({
+        "name": "x", "run_dir": str(tmp_path / "run"), "train": {"init_from": str(parent)},
+        "data": {"source": "files", "train": {"src": "train.src", "tgt": "train.tgt"}}}))
+    code = f"""import json, sys
+from pipelines.config import load_config
+from pipelines.paths import RunPaths
+from pipelines.run import STAGES, fingerprint, stale_reason
+try:
+    load_config({str(tmp_path / 'c.yaml')!r})
+except Exception as e:
+    print(type(e).__name__, e)
+config = load_config({str(tmp_path / 'ok.yaml')!r})
+stamp = RunPaths(config.run_path).stamp("prepare")
+stamp.parent.mkdir(parents=True)
+stamp.write_text(json.dumps({{"config": fingerprint(config, STAGES[0])}}))
+print(stale_reason(config, STAGES[0]))
+print('tensorflow' in sys.modules)
+"""
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True).stdout.splitlines()
     assert output[0].startswith("ConfigError") and "data.vocab_sise" in output[0]
-    assert output[1] == "False"
-
-
-def test_report_shows_scores_speed_files_and_identical_runtime_translations(first_run):
-    config, _, _ = first_run
-    text = report(config).splitlines()
-    assert any(line.startswith("  test      BLEU") for line in text)
-    assert any("target tokens/s" in line for line in text)
-    by_runtime = {runtime: [line[12:] for line in text if line.startswith(f"  {runtime:<9} ")]
-                  for runtime in ("tf", "onnx")}
-    assert len(by_runtime["tf"]) == 3 and by_runtime["tf"] == by_runtime["onnx"]
+    assert output[1:] == [f"missing {tmp_path / 'run' / 'data' / 'train.json'}", "False"]
 
 
 def variant(tiny_config: Path, name: str, edit) -> PipelineConfig:
@@ -242,6 +277,8 @@ def variant(tiny_config: Path, name: str, edit) -> PipelineConfig:
 def test_each_stage_is_stale_only_for_the_keys_it_reads(first_run, tiny_config):
     config, _, _ = first_run
     stages = {stage.name: stage for stage in STAGES}
+    train_stamp = RunPaths(config.run_path).stamp("train")
+    stamped = train_stamp.read_text()  # put back after each run: the run stays up to date
     averaging = variant(tiny_config, "average3", lambda c: c["train"].update(average_last=2))
     assert stale_reason(averaging, stages["train"]) is None
     assert stale_reason(averaging, stages["average"]) == "train.average_last changed"
@@ -251,9 +288,23 @@ def test_each_stage_is_stale_only_for_the_keys_it_reads(first_run, tiny_config):
     before = summary.read_text()
     assert run(logging, only="train", echo=lambda text: None) == ["train"]  # nothing to do
     assert summary.read_text() == before  # the summary of the run that trained is kept
+    train_stamp.write_text(stamped)
+
+    # train.steps below the latest checkpoint: the train stage says so, trains nothing and is
+    # done (not tried again); the later stages read the checkpoints as they are.
+    fewer = variant(tiny_config, "fewer", lambda c: c["train"].update(steps=8))
+    assert stale_reason(fewer, stages["train"]) == "train.steps changed"
+    messages = []
+    assert run(fewer, only="train", echo=messages.append) == ["train"]
+    assert messages == ["[train] running: requested", "the run is already at step 12, beyond "
+                        "train.steps 8: nothing to train (raise train.steps to train further)"]
+    assert stale_reason(fewer, stages["train"]) is None
+    assert stale_reason(fewer, stages["average"]) is None
+    assert summary.read_text() == before
+    train_stamp.write_text(stamped)
 
 
-def test_a_subset_of_export_formats(first_run, tiny_config):
+def test_a_subset_of_export_formats(first_run, tiny_config, capfd, caplog):
     config, _, _ = first_run
     export = next(stage for stage in STAGES if stage.name == "export")
     graph = config.run_path / "export" / "saved_model" / "1" / "saved_model.pb"
@@ -265,10 +316,17 @@ def test_a_subset_of_export_formats(first_run, tiny_config):
                        lambda c: c.setdefault("export", {}).update(formats=["ctranslate2"]))
     shutil.rmtree(config.run_path / "export")
     assert stale_reason(ct2_only, export) == "export.formats changed"
-    assert run(ct2_only, only="export", echo=lambda text: None) == ["export"]
+    # `keras-transformer run` in this process: export alone runs, then the report; nothing on
+    # stderr (tests/cli_helpers.py)
+    assert main(["run", str(tiny_config.with_name("ct2_only.yaml"))]) == 0
+    text, err = cli_output(capfd, caplog)
+    assert err == []
+    assert text[:len(STAGE_NAMES)] == [
+        *(f"[{name}] up to date, skipped" for name in STAGE_NAMES[:-1]),
+        "[export] running: export.formats changed"]
     assert sorted(path.name for path in (config.run_path / "export").iterdir()) == ["ctranslate2"]
     assert stale_reason(ct2_only, export) is None  # no SavedModel or ONNX expected
-    text = report(ct2_only).splitlines()
+    text = text[text.index(f"run tiny ({config.run_path})"):]  # the report
     assert sum(line.startswith("  ct2       ") for line in text) == 3
     assert not any("onnx" in line or line.startswith("  tf ") for line in text)
     model = config.run_path / "export" / "ctranslate2" / "int8" / "model.bin"

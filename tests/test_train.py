@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 
 from keras_transformer.config import PRESETS
 from pipelines import InputError
@@ -24,9 +25,8 @@ from pipelines.config import ConfigError, load_config
 from pipelines.paths import RunPaths
 from pipelines.config import ModelSection
 from pipelines.training.train import TrainingDiverged, TrainingRun
+from cli_helpers import CLI, cli_output
 from tiny_run import copy_run, dataset_fn, make_tiny_run, subprocess_env, synthetic_halves
-
-CLI = "import sys; from pipelines.cli import main; sys.exit(main(sys.argv[1:]))"
 
 @pytest.mark.slow
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path, capsys) -> None:
@@ -167,30 +167,63 @@ def test_resume_restores_step_optimizer_and_schedule_and_nan_stops(
     assert [checkpoint_step(p) for p in training_checkpoints(RunPaths(config.run_path))] == [3, 6]
 
 
+def train_to(config: Path, steps: int) -> int:
+    """`keras-transformer train CONFIG` in this process with train.steps set to `steps` in
+    the config file; returns the exit status."""
+    text = yaml.safe_load(config.read_text())
+    text["train"]["steps"] = steps
+    config.write_text(yaml.safe_dump(text))
+    return main(["train", str(config)])
+
+
 @pytest.mark.slow
 def test_a_broken_checkpoint_index_resumes_from_the_newest_complete_checkpoint(
-        six_steps: dict[str, typing.Any], tmp_path: Path) -> None:
+        six_steps: dict[str, typing.Any], tmp_path: Path, capfd, caplog) -> None:
     """Never train again from step 0 over good checkpoints: an unreadable index, a listed
-    checkpoint whose files are gone, or nothing complete (a clear error)."""
-    config_path, paths = copy_run(six_steps["directory"], tmp_path)
-    config = load_config(config_path)
+    checkpoint whose files are gone, or nothing complete (a clear error). The CLI says what it
+    found and where it resumed, and nothing on stderr (no TensorFlow log line)."""
+    config, paths = copy_run(six_steps["directory"], tmp_path)
 
-    def steps(run_steps: int) -> tuple[int, list[int]]:
-        resumed = TrainingRun(dataclasses.replace(
-            config, train=dataclasses.replace(config.train, steps=run_steps)))
-        start = resumed.start_step
-        resumed.run()
-        return start, [checkpoint_step(p) for p in training_checkpoints(paths)]
+    def listed() -> list[int]:
+        return [checkpoint_step(p) for p in training_checkpoints(paths)]
 
     paths.checkpoint_index.write_text("garbage {{{\n")
-    assert steps(9) == (6, [3, 6, 9])
+    assert train_to(config, 9) == 0
+    out, err = cli_output(capfd, caplog)
+    assert out[1] == (f"rewrote the unreadable checkpoint index {paths.checkpoint_index} "
+                      f"(line 1: garbage {{{{{{)")
+    assert out[2].startswith(f"resumed from {paths.checkpoints / 'ckpt-6'} at step 6 (")
+    assert (err, listed()) == ([], [3, 6, 9])
+
     (paths.checkpoints / "ckpt-9.index").unlink()  # the newest listed one is incomplete
-    assert steps(12) == (6, [3, 6, 9, 12])
+    assert train_to(config, 12) == 0
+    out, err = cli_output(capfd, caplog)
+    assert out[1] == (f"skipped the incomplete checkpoint ckpt-9: "
+                      f"{paths.checkpoints / 'ckpt-9.index'}: no such file")
+    assert out[2].startswith(f"resumed from {paths.checkpoints / 'ckpt-6'} at step 6 (")
+    assert (err, listed()) == ([], [3, 6, 9, 12])
+
     for index in paths.checkpoints.glob("ckpt-*.index"):
         index.unlink()
-    with pytest.raises(InputError, match=r"checkpoints: no checkpoint there is complete"):
-        TrainingRun(config)
+    assert main(["train", str(config)]) == 2
+    assert cli_output(capfd, caplog) == ([], [
+        f"keras-transformer train: error: {paths.checkpoints}: no checkpoint there is complete "
+        f"({paths.checkpoints / 'ckpt-12.index'}: no such file); move the directory away to "
+        f"train from step 0"])
     assert list(paths.checkpoints.glob("ckpt-*.data-*"))  # nothing was deleted
+
+
+@pytest.mark.slow
+def test_steps_below_the_latest_checkpoint_train_nothing_and_say_so(
+        six_steps: dict[str, typing.Any], tmp_path: Path, capfd, caplog) -> None:
+    """Not an error (status 0): one line, and nothing trained or written."""
+    config, paths = copy_run(six_steps["directory"], tmp_path)
+    files = sorted((path, path.stat().st_mtime_ns) for path in paths.root.rglob("*"))
+    assert train_to(config, 4) == 0
+    assert cli_output(capfd, caplog) == ([], [
+        "keras-transformer train: the run is already at step 6, beyond train.steps 4: nothing "
+        "to train (raise train.steps to train further)"])
+    assert sorted((path, path.stat().st_mtime_ns) for path in paths.root.rglob("*")) == files
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
-"""A run's checkpoint files: finding them (the index, the newest complete one), checking one
-whole before a restore (`checkpoint_problem`: its index reads, its data files hold the bytes
-the index lists), and TensorFlow's read and write errors as one line naming the file.
+"""A run's checkpoint files: finding them (the index, read and repaired here, not by
+tf.train.get_checkpoint_state and the like, which log warnings of a damaged one; the newest
+complete one), checking one whole before a restore (`checkpoint_problem`: its index reads, its
+data files hold the bytes the index lists), and TensorFlow's read and write errors as one line
+naming the file.
 
 Example:
     >>> prefixes = training_checkpoints(RunPaths(run_dir))  # oldest first
@@ -9,6 +11,7 @@ Example:
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import math
@@ -22,16 +25,29 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines import InputError
+from pipelines.files import write_lines_atomic
 from pipelines.paths import CHECKPOINT_NAME, RunPaths
 
 # What a full disk or an unwritable directory makes TensorFlow's file writes fail with.
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+# The index checkpoints/checkpoint: a CheckpointState protocol buffer in text, a field a line.
+INDEX_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+INDEX_TIME = re.compile(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?")
+INDEX_PATHS = ("model_checkpoint_path", "all_model_checkpoint_paths")
+INDEX_TIMES = ("all_model_checkpoint_timestamps", "last_preserved_timestamp")
 
 
 def training_checkpoints(paths: RunPaths) -> list[str]:
-    """Prefixes of the run's kept training checkpoints, oldest first."""
-    state = tf.train.get_checkpoint_state(str(paths.checkpoints))
-    return list(state.all_model_checkpoint_paths) if state else []
+    """Prefixes of the run's kept training checkpoints, oldest first, as its index lists them.
+
+    Raises:
+        InputError: an index that cannot be read, naming it.
+    """
+    listed, problem = _read_index(paths)
+    if problem is not None:
+        raise InputError(f"{paths.checkpoint_index}: unreadable ({problem}); `keras-transformer "
+                         f"train` rewrites it from the checkpoints beside it")
+    return listed
 
 
 def checkpoint_step(prefix: str | Path) -> int:
@@ -40,17 +56,20 @@ def checkpoint_step(prefix: str | Path) -> int:
     return int(re.findall(r"ckpt-(\d+)", str(prefix))[-1])
 
 
-def newest_readable_checkpoint(directory: Path,
+def newest_readable_checkpoint(paths: RunPaths,
                                repair_index: bool) -> tuple[str | None, list[str]]:
-    """(the checkpoint to resume from, why each newer one cannot be): the newest `ckpt-STEP`
-    on disk whose files are complete (`checkpoint_problem`), whatever the index says. When the
-    index does not name it latest (the index unreadable, its latest truncated or gone), with
-    `repair_index` the index is rewritten to list the complete ones, so that training resumes
-    there and never starts again over good checkpoints.
+    """(the checkpoint to resume from, a line for each damage found): the newest `ckpt-STEP`
+    in the run's checkpoints/ whose files are complete (`checkpoint_problem`), whatever the
+    index says; a line names each newer checkpoint skipped and why. When the index does not
+    name it latest (the index unreadable or missing, its latest truncated or gone), with
+    `repair_index` the index is rewritten to list the complete ones (a line says so unless it
+    only named a checkpoint skipped), so that training resumes there and never starts again
+    over good checkpoints; an index beside no checkpoint is removed.
 
     Raises:
         InputError: checkpoint files that are all incomplete.
     """
+    directory, index = paths.checkpoints, paths.checkpoint_index
     on_disk = sorted({match[1] for path in directory.glob(f"{CHECKPOINT_NAME}-*")
                       if (match := re.fullmatch(rf"({CHECKPOINT_NAME}-\d+)\.(index|data-.*)",
                                                 path.name))}, key=checkpoint_step)
@@ -60,24 +79,75 @@ def newest_readable_checkpoint(directory: Path,
         if problem is None:
             newest = str(directory / name)
             break
-        skipped.append(problem)
+        skipped.append((name, problem))
     if newest is None:
         if skipped:
-            raise InputError(f"{directory}: no checkpoint there is complete ({skipped[0]}); "
+            raise InputError(f"{directory}: no checkpoint there is complete ({skipped[0][1]}); "
                              f"move the directory away to train from step 0")
+        if repair_index:
+            index.unlink(missing_ok=True)  # else CheckpointManager would keep listing its names
         return None, []
-    listed = tf.train.latest_checkpoint(str(directory))  # None (a TF warning) if unreadable
-    if repair_index and (listed is None or Path(listed) != Path(newest)):
-        # with timestamps, which CheckpointManager needs to keep track of them
-        complete = [str(directory / older) for older in on_disk
-                    if checkpoint_step(older) <= checkpoint_step(newest)
-                    and checkpoint_problem(directory / older) is None]
-        saved = [Path(f"{prefix}.index").stat().st_mtime for prefix in complete]
-        with tf_write_errors(directory):
-            tf.compat.v1.train.update_checkpoint_state(
-                str(directory), newest, all_model_checkpoint_paths=complete,
-                all_model_checkpoint_timestamps=saved, last_preserved_timestamp=min(saved) - 1)
-    return newest, skipped
+    notes = [f"skipped the incomplete checkpoint {name}: {problem}" for name, problem in skipped]
+    listed, problem = _read_index(paths)
+    if repair_index and (not listed or Path(listed[-1]) != Path(newest)):
+        _write_index(paths, [str(directory / older) for older in on_disk
+                             if checkpoint_step(older) <= checkpoint_step(newest)
+                             and checkpoint_problem(directory / older) is None])
+        if problem is not None:
+            notes.append(f"rewrote the unreadable checkpoint index {index} ({problem})")
+        elif not listed:
+            notes.append(f"wrote the missing checkpoint index {index}")
+        elif Path(listed[-1]).name not in on_disk:
+            notes.append(f"rewrote the checkpoint index {index}: its latest checkpoint, "
+                         f"{listed[-1]}, has no files")
+    return newest, notes
+
+
+def _read_index(paths: RunPaths) -> tuple[list[str], str | None]:
+    """(the checkpoints the index lists, oldest first, the latest last; why it cannot be read,
+    or None): read here, not by tf.train.get_checkpoint_state, which logs TensorFlow's
+    warnings of an unreadable index. No index lists nothing."""
+    try:
+        text = paths.checkpoint_index.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [], None
+    except UnicodeDecodeError:
+        return [], "not text"
+    names: dict[str, list[str]] = {field: [] for field in INDEX_PATHS}
+    for number, line in enumerate(text.splitlines(), 1):
+        field, _, value = (part.strip() for part in line.partition(":"))
+        if not line.strip() or (field in INDEX_TIMES and INDEX_TIME.fullmatch(value)):
+            continue
+        name = _unquoted(value) if field in INDEX_PATHS else None
+        if name is None:
+            return [], f"line {number}: {line.strip()[:60]}"
+        names[field].append(name)
+    latest, kept = names["model_checkpoint_path"], names["all_model_checkpoint_paths"]
+    if not latest:
+        return [], "no model_checkpoint_path"
+    return [str(paths.checkpoints / name) for name in kept or latest], None
+
+
+def _unquoted(text: str) -> str | None:
+    """The string a quoted value of the index holds (protobuf's C escapes of UTF-8 bytes
+    undone), None if it is not one."""
+    if INDEX_STRING.fullmatch(text):
+        with contextlib.suppress(ValueError):  # a bad escape, bytes that are not UTF-8
+            return codecs.escape_decode(text[1:-1].encode("utf-8"))[0].decode("utf-8")
+    return None
+
+
+def _write_index(paths: RunPaths, prefixes: list[str]) -> None:
+    """Lists the complete checkpoints `prefixes` (oldest first) in the index as
+    tf.train.CheckpointManager writes it: names relative to it, and the times they were saved,
+    which it needs to keep track of them."""
+    saved = [Path(f"{prefix}.index").stat().st_mtime for prefix in prefixes]
+    names = [Path(prefix).name for prefix in prefixes]  # ckpt-STEP: nothing to escape
+    write_lines_atomic(paths.checkpoint_index, [
+        f'model_checkpoint_path: "{names[-1]}"',
+        *(f'all_model_checkpoint_paths: "{name}"' for name in names),
+        *(f"all_model_checkpoint_timestamps: {time!r}" for time in saved),
+        f"last_preserved_timestamp: {min(saved) - 1!r}"])
 
 
 def checkpoint_problem(prefix: str | Path) -> str | None:

@@ -64,8 +64,8 @@ class CheckpointSaver:
         self.strategy, self.settings = strategy, settings
         self.directory = paths.checkpoints
         self.chief, self.paths = is_chief(strategy), paths
-        self.latest, self.skipped = (
-            newest_readable_checkpoint(self.directory, repair_index=self.chief)
+        self.latest, self.damage = (  # damage: a line for each damage repaired
+            newest_readable_checkpoint(paths, repair_index=self.chief)
             if self.directory.is_dir() else (None, []))
         if self.latest is not None:
             check_vocabulary(paths)

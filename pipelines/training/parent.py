@@ -29,7 +29,7 @@ from pipelines.checkpoints.weights import restore_model, weights_checkpoint
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open
 from pipelines.models import run_tokenizer
-from pipelines.paths import RunPaths
+from pipelines.paths import RunPaths, run_root
 
 FIELD = "train.init_from"
 
@@ -57,7 +57,7 @@ def find_parent(config: PipelineConfig) -> Parent | None:
         return None
     path = Path(init_from)
     try:
-        root = _run_root(path)
+        root = run_root(path)
         if root is None:
             raise InputError(_why_no_run(path))
         if root.resolve() == config.run_path.resolve():
@@ -73,26 +73,6 @@ def find_parent(config: PipelineConfig) -> Parent | None:
     except InputError as error:
         raise InputError(f"{FIELD}: {error}") from None
     return Parent(checkpoint, paths.spm_model)
-
-
-def parent_vocabulary(config: PipelineConfig) -> Path | None:
-    """The parent's SentencePiece model that `prepare` copies, if `train.init_from` names a
-    run or a checkpoint in one (None otherwise: `find_parent` says why)."""
-    root = _run_root(Path(config.train.init_from)) if config.train.init_from else None
-    return RunPaths(root).spm_model if root else None
-
-
-def _run_root(path: Path) -> Path | None:
-    """The run directory `path` names: itself, or the nearest directory above a checkpoint
-    prefix that holds a vocabulary; None if there is none."""
-    if path.is_dir():
-        candidates = [path]
-    elif Path(f"{path}.index").is_file():
-        candidates = list(path.parents)
-    else:
-        return None
-    return next((directory for directory in candidates
-                 if RunPaths(directory).spm_model.is_file()), None)
 
 
 def _why_no_run(path: Path) -> str:

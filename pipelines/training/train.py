@@ -59,6 +59,11 @@ class TrainingDiverged(RuntimeError):
     """The loss or the gradients became NaN or Inf; no checkpoint holds the bad weights."""
 
 
+class NothingToTrain(Exception):
+    """The run's latest checkpoint is beyond `train.steps` (lowered since): no update is made.
+    Not an error: rerunning a finished run is not one."""
+
+
 def train(config: PipelineConfig, *, strategy: tf.distribute.Strategy | None = None,
           dataset_fn: DatasetFn | None = None) -> TrainSummary:
     """Trains (or resumes training) the run of `config` to `train.steps` updates, or until its
@@ -75,6 +80,7 @@ def train(config: PipelineConfig, *, strategy: tf.distribute.Strategy | None = N
             fine-tuned (see `pipelines.training.parent`).
         OSError: the run directory cannot be written, or a checkpoint cannot (a full disk).
         TrainingDiverged: a non-finite loss or gradient.
+        NothingToTrain: the run's latest checkpoint is beyond `train.steps`.
     """
     return TrainingRun(config, strategy=strategy, dataset_fn=dataset_fn).run()
 
@@ -105,6 +111,10 @@ class TrainingRun:
         self.start_step = self.saver.restore()
         self.step = self.start_step  # the last update applied (the optimizer's may run ahead)
         check_same_step_as_chief(self.strategy, self.start_step, self.paths.checkpoints)
+        if self.start_step > self.settings.steps:
+            raise NothingToTrain(f"the run is already at step {self.start_step:,}, beyond "
+                                 f"train.steps {self.settings.steps}: nothing to train (raise "
+                                 f"train.steps to train further)")
         self.skipped_updates = 0  # by loss scaling
         self.init_from = start_from_parent(config, self.start_step, self.trainer.model,
                                            chief=is_chief(self.strategy))
@@ -153,8 +163,8 @@ class TrainingRun:
             self.progress.close()
 
     def _run(self) -> TrainSummary:
-        for problem in self.saver.skipped:
-            self.progress.message(f"skipped an incomplete checkpoint: {problem}")
+        for damage in self.saver.damage:
+            self.progress.message(damage)
         if self.init_from and not self.start_step:
             self.progress.message(f"fine-tuning from {self.init_from}: its weights, a fresh "
                                   f"optimizer and schedule")

@@ -74,7 +74,8 @@ def test_run_warns_in_one_line(driver_without_gpu, stages_faked, capsys):
 
 def test_train_warns_in_one_line(driver_without_gpu, monkeypatch, capsys):
     summary = types.SimpleNamespace(format=lambda: "trained")
-    fake = types.SimpleNamespace(train=lambda config: summary, TrainingDiverged=RuntimeError)
+    fake = types.SimpleNamespace(train=lambda config: summary, TrainingDiverged=RuntimeError,
+                                 NothingToTrain=LookupError)
     monkeypatch.setitem(sys.modules, "pipelines.training.train", fake)
     assert main(["train", "demo"]) == 0
     assert capsys.readouterr() == ("trained\n", _warning("train", "training"))

@@ -53,7 +53,7 @@ from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants, sink_ini
 from export.onnx_quantize import quantize_int8
 from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SCORE_FILE,
                              SPM_FILE, TRANSLATOR_FILE)
-from export.translator.signatures import TEXT
+from export.translator.signatures import TEXT, unchecked_ranks
 from export.translator import Translator
 from keras_transformer.tokenizer import Tokenizer
 from keras_transformer.top_k import plain_top_k
@@ -96,7 +96,7 @@ def export_onnx(translator: Translator, directory: Path) -> dict[str, Path]:
                                                  SCORE_FILE, SPM_FILE, METADATA_FILE)}
     metadata = translator.metadata().to_dict()
     search = translator.translate_ids  # traced anew: the translator may hold a trace of it
-    with plain_top_k():
+    with plain_top_k(), unchecked_ranks():
         ids_model = convert(tf.function(search.python_function, autograph=False,
                                         input_signature=search.input_signature), metadata)
     onnx.save(ids_model, paths[MODEL_FILE])

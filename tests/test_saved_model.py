@@ -17,7 +17,8 @@ import export
 from export.metadata import ExportMetadata, saved_model_metadata
 from export.saved_model import WARMUP_FILE, export_saved_model
 from export.translator import Translator
-from export.translator.signatures import SIGNATURES, input_specs
+from export.translator.signatures import (SIGNATURES, checked_inputs, input_specs,
+                                          unchecked_ranks)
 from export.versions import latest_version, publish_version, staging_directory, versions
 from export_helpers import SENTENCES
 from keras_transformer.decoding_settings import DecodingSettings
@@ -55,6 +56,19 @@ def test_reloaded_signatures_refuse_an_input_of_another_rank_naming_it(loaded):
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match=re.escape(f"assertion failed: [{message}]")):
             loaded.signatures[name](**inputs)
+
+
+def test_ranks_are_checked_in_the_graph_except_for_onnx() -> None:
+    """The check's ops are traced into a signature's graph, and left out within
+    unchecked_ranks() (the ONNX export's trace: ONNX Runtime checks ranks itself)."""
+    def op_types() -> set[str]:
+        function = tf.function(lambda ids: checked_inputs("translate_ids", ids)[0] + 1,
+                               input_signature=input_specs("translate_ids"))
+        return {op.type for op in function.get_concrete_function().graph.get_operations()}
+
+    with unchecked_ranks():
+        unchecked = op_types()
+    assert {"Assert", "ParseTensor"} <= op_types() - unchecked
 
 
 def test_signatures_take_and_give_what_the_table_says(loaded):

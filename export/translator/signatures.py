@@ -20,7 +20,9 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+import contextlib
+import contextvars
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -124,9 +126,28 @@ def input_specs(name: str) -> list[tf.TensorSpec]:
 def checked_inputs(name: str, *inputs: tf.Tensor) -> list[tf.Tensor]:
     """Graph code: the inputs of signature `name`, in the table's order, each passed on once
     its rank is the table's; one of another rank fails the request with InvalidArgumentError
-    "assertion failed: [text: expected rank 1 (a [batch] vector of strings), got rank 2]"."""
+    "assertion failed: [text: expected rank 1 (a [batch] vector of strings), got rank 2]".
+    Within `unchecked_ranks()`, the inputs as they are."""
+    if _UNCHECKED.get():
+        return list(inputs)
     return [_rank_checked(tensor, expected)
             for tensor, expected in zip(inputs, SIGNATURES[name].inputs, strict=True)]
+
+
+_UNCHECKED = contextvars.ContextVar("unchecked_ranks", default=False)
+
+
+@contextlib.contextmanager
+def unchecked_ranks() -> Iterator[None]:
+    """Within it, graphs being traced leave out `checked_inputs`' checks: for ONNX, whose
+    runtime refuses an input of another rank itself, naming it (and to which tf2onnx would
+    carry the check's SerializeTensor and ParseTensor, warning that it cannot infer their
+    shapes)."""
+    token = _UNCHECKED.set(True)
+    try:
+        yield
+    finally:
+        _UNCHECKED.reset(token)
 
 
 def _rank_checked(tensor: tf.Tensor, expected: Input) -> tf.Tensor:

@@ -90,7 +90,7 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
         parallel_calls: shards read and tokenizer calls at once (default: tf.data's autotuning).
         alignments: a word-alignment file per shard (`I-J ...` lines, by line with the shard's
             pairs: `pipelines.corpus.shards.train_alignments`), for an "alignment" element.
-        corpora: the corpus index of each shard (default: all of corpus 0).
+        corpora: the corpus index of each shard (0 .. len(weights) - 1), with `weights`.
         weights: each corpus's share of the pairs, relative to the others' (default: one
             corpus). With several, the elements get "corpus".
 
@@ -108,7 +108,10 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
     tokenizer = Tokenizer.from_file(spm_model_path)
     parallel = parallel_calls or tf.data.AUTOTUNE
     mixed = weights is not None and len(weights) > 1
-    dataset = (_mixed(shards, corpora or [0] * len(shards), weights, input_context, shuffle, seed,
+    if mixed and (corpora is None or sorted(set(corpora)) != list(range(len(weights)))):
+        raise ValueError(f"corpora: each of the {len(weights)} weighted corpora needs shards, "
+                         f"got shard corpora {corpora}")
+    dataset = (_mixed(shards, corpora, weights, input_context, shuffle, seed,
                       parallel, alignments, repeat) if mixed else
                _pairs(shards, input_context, shuffle, seed, parallel, alignments))
     if shuffle:

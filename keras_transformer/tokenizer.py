@@ -6,7 +6,8 @@ fallback, so `detokenize(tokenize(text))` gives back any text whose whitespace i
 with none leading or trailing (every corpus is cleaned so; `tokenize` reads any run of
 whitespace and NUL characters as one space), character for character: no Unicode
 normalization, no unknown token.
-Token ids: PAD_ID 0, UNK_ID 1, BOS_ID 2, EOS_ID 3.
+Token ids: PAD_ID 0, UNK_ID 1, BOS_ID 2, EOS_ID 3. User symbols (corpus tags such as `<bt>`) are
+pieces that are never split: wherever one occurs in a text, it is one id.
 
 Example:
     model_proto = train_sentencepiece(["train.src", "train.tgt"], vocab_size=8000)
@@ -42,12 +43,14 @@ NORMALIZATION_RULES = "FFFF\tFFFD\n"
 
 def train_sentencepiece(files: Sequence[str | Path], *, vocab_size: int,
                         model_type: str = "bpe", character_coverage: float = 1.0,
-                        max_sentences: int = 2_000_000, seed: int = 0) -> bytes:
+                        max_sentences: int = 2_000_000, seed: int = 0,
+                        user_symbols: Sequence[str] = ()) -> bytes:
     """Learns one vocabulary from text files (a sentence a line); returns the model's bytes.
 
     At most `max_sentences` lines, sampled with `seed`, are read. `vocab_size` is an upper
-    bound: a small corpus can yield fewer pieces (read `Tokenizer.vocab_size`). The model
-    keeps no trace of the machine (input paths, threads), so equal inputs give equal bytes.
+    bound: a small corpus can yield fewer pieces (read `Tokenizer.vocab_size`). `user_symbols`
+    become pieces of their own, never split (ids 4, 5, ...). The model keeps no trace of the
+    machine (input paths, threads), so equal inputs give equal bytes.
     """
     if model_type not in VOCAB_TYPES:
         raise ValueError(f"model_type must be one of {VOCAB_TYPES}, got {model_type!r}")
@@ -62,7 +65,8 @@ def train_sentencepiece(files: Sequence[str | Path], *, vocab_size: int,
             input_sentence_size=max_sentences, shuffle_input_sentence=True,
             hard_vocab_limit=False, byte_fallback=True, normalization_rule_tsv=rules.name,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            num_threads=os.cpu_count() or 1, minloglevel=2)
+            user_defined_symbols=list(user_symbols), num_threads=os.cpu_count() or 1,
+            minloglevel=2)
     model = model_pb2.ModelProto.FromString(writer.getvalue())
     model.normalizer_spec.ClearField("normalization_rule_tsv")
     model.trainer_spec.ClearField("input")
@@ -75,6 +79,13 @@ def vocabulary(model_proto: bytes) -> list[tuple[str, float]]:
     """(piece, score) by id, as SentencePiece's .vocab file lists them."""
     model = model_pb2.ModelProto.FromString(model_proto)
     return [(piece.piece, piece.score) for piece in model.pieces]
+
+
+def user_symbols(model_proto: bytes) -> list[str]:
+    """The model's user symbols: the pieces never split (`train_sentencepiece`)."""
+    model = model_pb2.ModelProto.FromString(model_proto)
+    return [piece.piece for piece in model.pieces
+            if piece.type == model_pb2.ModelProto.SentencePiece.USER_DEFINED]
 
 
 def model_type(model_proto: bytes) -> str:

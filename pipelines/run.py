@@ -106,9 +106,10 @@ def _identity(path: Path) -> list:
 
 
 def _corpus(config: PipelineConfig, paths: RunPaths) -> list[Path]:
-    """The user's corpus files (source `files`), and the parent's vocabulary that a fine-tuning
+    """The user's corpus files (sources `files`), and the parent's vocabulary that a fine-tuning
     run copies (`train.init_from`)."""
-    splits = (config.data.train, config.data.dev, config.data.test)
+    splits = [split for corpus in config.data.corpus_configs()
+              for split in (corpus.train, corpus.dev, corpus.test)]
     corpus = [path for split in splits if split for path in (split.src, split.tgt, split.tsv)
               if path]
     return corpus + [path for path in (parent_vocabulary(config),) if path]
@@ -157,8 +158,9 @@ STAGES = (
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 # Keys added after runs were first stamped, left out of the fingerprints at these values (what
 # the earlier version did), so that a run stamped before them stays up to date.
-ADDED_KEYS = {"data.alignments": "none", "train.guided_alignment_weight": 0.0,
-              "model.alignment_heads": None, "train.worker_timeout_minutes": 5.0}
+ADDED_KEYS = {"data.alignments": "none", "data.corpora": (), "data.dev_test": None,
+              "train.guided_alignment_weight": 0.0, "model.alignment_heads": None,
+              "train.worker_timeout_minutes": 5.0}
 
 
 def fingerprint(config: PipelineConfig, stage: Stage) -> str:

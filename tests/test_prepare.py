@@ -200,3 +200,89 @@ def test_a_killed_prepare_leaves_the_previous_files_whole(tmp_path):
     assert main(["prepare", str(config)]) == 0
     assert not list((run_dir / "data").glob(".prepare-*"))
     assert json.loads((run_dir / "data" / "train.json").read_text())["pairs"] == 100_000 - 40
+
+
+def write_corpora(tmp_path, corpora: dict[str, tuple[bytes, bytes, str]], **overrides):
+    """A config of `data.corpora`: name -> (source file, target file, extra keys of the corpus,
+    e.g. `, weight: 2, tag: <bt>`); `overrides` add data keys."""
+    items = []
+    for name, (src, tgt, keys) in corpora.items():
+        (tmp_path / f"{name}.en").write_bytes(src)
+        (tmp_path / f"{name}.fr").write_bytes(tgt)
+        items.append(f"    - {{name: {name}, source: files, "
+                     f"train: {{src: {name}.en, tgt: {name}.fr}}{keys}}}\n")
+    data = {"holdout": 20, "vocab_size": 300, "max_length": 32} | overrides
+    config = tmp_path / "mixed.yaml"
+    config.write_text(f"name: mixed\nrun_dir: {tmp_path / 'runs' / 'mixed'}\ndata:\n"
+                      "  corpora:\n" + "".join(items) +
+                      "".join(f"  {key}: {value}\n" for key, value in data.items()),
+                      encoding="utf-8")
+    return config
+
+
+def test_corpora_are_de_duplicated_across_tagged_sharded_and_counted(tmp_path, capsys):
+    from keras_transformer.tokenizer import Tokenizer
+    import tensorflow as tf
+
+    extra = ([(f"the horse number {i} runs", f"le cheval numéro {i} court") for i in range(60)]
+             + [(f"the cat number {i} is here", f"le chat numéro {i} est là")
+                for i in range(12)])  # 12 pairs of `main`
+    extra_src, extra_tgt = ("".join(pair[side] + "\n" for pair in extra).encode()
+                            for side in (0, 1))
+    bt_src = "".join(f"a bird saw {i} fish\n" for i in range(50)).encode()
+    bt_tgt = "".join(f"un oiseau a vu {i} poissons\n" for i in range(50)).encode()
+    config = write_corpora(tmp_path, {"main": (SRC, TGT, ", weight: 3"),
+                                      "extra": (extra_src, extra_tgt, ", max_pairs: 40"),
+                                      "bt": (bt_src, bt_tgt, ", weight: 1, tag: <bt>")})
+    assert main(["prepare", str(config)]) == 0
+    out = capsys.readouterr().out
+    # main: 160 pairs, 40 held out for dev / test; extra: 60 new + 12 of main's, capped at 40
+    assert "prepared corpora main, extra, bt" in out
+    assert "train 210  dev 20  test 20  (3 train shards)" in out
+    assert "corpus    main   120 train pairs (57.1%), weight 3 (60.0%), 0 duplicate(s)" in out
+    assert "corpus    extra  40 train pairs (19.0%), weight 1 (20.0%), 12 duplicate(s)" in out
+    assert "corpus    bt     50 train pairs (23.8%), weight 1 (20.0%), tag <bt>, 0 dup" in out
+    assert "duplicate pair 12" in out and "over max_pairs of extra 20" in out
+    run = tmp_path / "runs" / "mixed"
+    manifest = json.loads((run / "data" / "train.json").read_text())
+    assert [(s["src"], s["pairs"], s["corpus"], s["weight"], s["tag"])
+            for s in manifest["shards"]] == [
+        ("train-main-00000-of-00001.src", 120, "main", 3.0, None),
+        ("train-extra-00000-of-00001.src", 40, "extra", 1.0, None),
+        ("train-bt-00000-of-00001.src", 50, "bt", 1.0, "<bt>")]
+    bt_lines = read_lines(run / "data" / "train-bt-00000-of-00001.src")
+    assert all(line.startswith("<bt> a bird saw ") for line in bt_lines)
+    train = [line for shard in manifest["shards"]
+             for line in read_lines(run / "data" / shard["src"])]
+    untagged = [line.removeprefix("<bt> ") for line in train]
+    assert len(set(untagged)) == len(untagged) == 210  # no pair twice across corpora
+    assert not set(read_lines(run / "data" / "dev.src")) & set(untagged)
+    # The tag is one id, the same in a text as the serving graph's tokenizer reads it.
+    tokenizer = Tokenizer.from_file(run / "vocab" / "spm.model")
+    tag_id = [i for i, (piece, _) in enumerate(vocabulary_of(run)) if piece == "<bt>"]
+    ids = tokenizer.tokenize(tf.constant(["<bt> a bird", "a<bt>b"])).to_list()
+    assert len(tag_id) == 1 and ids[0].count(tag_id[0]) == 1 and ids[1].count(tag_id[0]) == 1
+
+
+def vocabulary_of(run_dir: Path) -> list[tuple[str, float]]:
+    from keras_transformer.tokenizer import vocabulary
+
+    return vocabulary((run_dir / "vocab" / "spm.model").read_bytes())
+
+
+@pytest.mark.parametrize("keys, message", [
+    (", tag: <cat>", "data.corpora[1].tag: <cat> occurs in the text of corpus main"),
+    (", weight: 2", None),
+])
+def test_a_tag_in_a_corpus_text_exits_2_and_writes_nothing(tmp_path, capsys, keys, message):
+    src = SRC + b"the <cat> tag\n"
+    tgt = TGT + b"la balise\n"
+    config = write_corpora(tmp_path, {"main": (src, tgt, ""),
+                                      "other": (*numbered_corpus(40), keys)})
+    if message is None:  # the same corpora, untagged, prepare
+        assert main(["prepare", str(config)]) == 0
+        return
+    assert main(["prepare", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert not (tmp_path / "runs").exists()

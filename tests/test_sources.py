@@ -17,7 +17,7 @@ from pipelines.corpus.bible import BIBLES, clean_verse
 from pipelines.config import DataConfig, SplitFiles
 from pipelines.files import read_lines
 from pipelines.corpus.shards import shard_stem
-from pipelines.corpus.sources import TFDS_RETRIES, open_source
+from pipelines.corpus.sources import TFDS_RETRIES, open_sources
 from pipelines.corpus.splitting import write_splits
 
 
@@ -36,11 +36,12 @@ def load_corpus(data: DataConfig) -> Corpus:
     pair i from shard i mod N), and the drop counts."""
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory)
-        written = write_splits(open_source(data), data, out)
-        count = len(written.shard_pairs)
+        written = write_splits(open_sources(data), data, out)
+        [corpus] = written.corpora
+        count = len(corpus.pairs)
         shards = [read_pairs(out, shard_stem(i, count)) for i in range(count)]
-        assert [len(shard) for shard in shards] == written.shard_pairs
-        train = [shards[i % count][i // count] for i in range(sum(written.shard_pairs))]
+        assert tuple(len(shard) for shard in shards) == corpus.pairs
+        train = [shards[i % count][i // count] for i in range(sum(corpus.pairs))]
         splits = {"train": train} | {name: read_pairs(out, name) for name in ("dev", "test")}
     assert {name: len(pairs) for name, pairs in splits.items()} == written.pairs
     return Corpus(splits, written.dropped)

@@ -29,7 +29,7 @@ def make_tiny_run(directory: Path, *, model: dict[str, Any] | None = None,
     40 dev pairs); the defaults train 20 steps of the tiny preset without dropout.
     """
     from keras_transformer.tokenizer import train_sentencepiece
-    from pipelines.corpus.shards import shard_stem, write_manifest
+    from pipelines.corpus.shards import DEFAULT_CORPUS, CorpusShards, shard_stem, write_manifest
 
     run_dir = directory / "run"
     data_dir = run_dir / "data"
@@ -41,7 +41,7 @@ def make_tiny_run(directory: Path, *, model: dict[str, Any] | None = None,
         (data_dir / f"{stem}.src").write_text("".join(" ".join(words) + "\n" for words in pairs))
         (data_dir / f"{stem}.tgt").write_text(
             "".join(" ".join(reversed(words)).upper() + "\n" for words in pairs))
-    write_manifest(data_dir, [400])
+    write_manifest(data_dir, [CorpusShards(DEFAULT_CORPUS, 1.0, None, (400,))])
     train_src, train_tgt = (data_dir / f"{shard_stem(0, 1)}.{side}" for side in ("src", "tgt"))
     (run_dir / "vocab" / "spm.model").write_bytes(train_sentencepiece([train_src, train_tgt],
                                                                       vocab_size=400))

@@ -1,9 +1,14 @@
-"""The `data` section (prepare's): the corpus, its cleaning, the shared vocabulary and the
-length limit, checked when the config loads (`FieldError` names the key).
+"""The `data` section (prepare's): the corpus (`data.source`) or corpora (`data.corpora`, each
+with a weight and an optional tag), their cleaning, the shared vocabulary and the length limit,
+checked when the config loads (`FieldError` names the key).
 
 Example:
     >>> DataConfig(source="bible:en-fr").vocab_size
     8000
+    >>> [c.name for c in DataConfig(corpora=(CorpusConfig("bible", "bible:en-fr"),
+    ...     CorpusConfig("bt", "files", train=SplitFiles(tsv=Path("bt.tsv")), tag="<bt>"))
+    ... ).corpus_configs()]
+    ['bible', 'bt']
 
 `DataConfig(source="files")` raises `FieldError("source", "source 'files' needs a train split
 (data.train)")`, which the loader reports as `FILE:LINE: data.source: ...`.
@@ -11,11 +16,13 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Literal
 
-from pipelines.corpus.shards import MAX_SHARDS
+from pipelines.corpus.shards import DEFAULT_CORPUS, MAX_SHARDS, corpus_name_problem
 from pipelines.corpus.source_spec import check_source_spec
+from pipelines.corpus.tags import tag_problem
 from pipelines.yaml_dataclasses import FieldError
 
 
@@ -36,21 +43,72 @@ class SplitFiles:
 
 
 @dataclasses.dataclass(frozen=True)
-class DataConfig:
-    """The `data` section: the corpus, its cleaning, the shared vocabulary and the batching.
+class CorpusConfig:
+    """One corpus: an item of `data.corpora`, or the one corpus of `data.source`.
 
     `source` is `bible:SRC-TGT` (builtin, e.g. `bible:en-fr`), `tfds:NAME/CONFIG` (e.g.
     `tfds:wmt14_translate/de-en`; `src_lang`/`tgt_lang` pick the feature keys, default the
-    builder's supervised keys) or `files` (`train`, optional `dev`/`test`). A split the source
-    lacks is held out from train: `holdout` pairs (whole chapters for the Bible).
+    builder's supervised keys) or `files` (`train`, optional `dev`/`test`). `weight` is its
+    share of the training pairs relative to the other corpora's; `tag` (e.g. `<bt>`,
+    pipelines/corpus/tags.py) is prepended to the source side of its train pairs; `max_pairs`
+    keeps a uniform sample of that many of its train pairs.
     """
 
+    name: str
     source: str
     src_lang: str | None = None
     tgt_lang: str | None = None
     train: SplitFiles | None = None
     dev: SplitFiles | None = None
     test: SplitFiles | None = None
+    weight: float = 1.0
+    tag: str | None = None
+    max_pairs: int | None = None
+
+    def __post_init__(self) -> None:
+        problem = corpus_name_problem(self.name)
+        if problem:
+            raise FieldError("name", f"{problem}, got {self.name!r}")
+        message = check_source_spec(self.source)
+        if message:
+            raise FieldError("source", f"{message}, got {self.source!r}")
+        kind = self.source.split(":")[0]
+        if kind == "files" and self.train is None:
+            raise FieldError("source", "source 'files' needs a train split (data.train)")
+        for key in ("train", "dev", "test"):
+            if kind != "files" and getattr(self, key) is not None:
+                raise FieldError(key, f"only source 'files' takes split files, not {self.source!r}")
+        for key in ("src_lang", "tgt_lang"):
+            if kind == "bible" and getattr(self, key) is not None:
+                raise FieldError(key, "the languages of bible:SRC-TGT come from the source")
+        if not (self.weight > 0 and math.isfinite(self.weight)):
+            raise FieldError("weight", f"must be a positive number, got {self.weight!r}")
+        problem = tag_problem(self.tag) if self.tag is not None else None
+        if problem:
+            raise FieldError("tag", f"{problem}, got {self.tag!r}")
+        if self.max_pairs is not None and self.max_pairs < 1:
+            raise FieldError("max_pairs", f"must be at least 1, got {self.max_pairs!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """The `data` section: the corpus or corpora, their cleaning, the shared vocabulary and the
+    batching.
+
+    One corpus is `source` (with `src_lang`, `tgt_lang`, `train`, `dev`, `test`: see
+    `CorpusConfig`); several are `corpora`, a list of `CorpusConfig` mappings, of which the one
+    named `dev_test` (default the first) gives the dev and test splits. A split that corpus
+    lacks is held out from its train pairs: `holdout` pairs (whole chapters for the Bible).
+    """
+
+    source: str | None = None
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    train: SplitFiles | None = None
+    dev: SplitFiles | None = None
+    test: SplitFiles | None = None
+    corpora: tuple[CorpusConfig, ...] = ()
+    dev_test: str | None = None  # the corpus of `corpora` that gives dev and test
     tfds_data_dir: Path | None = None  # where TFDS keeps its data (default ~/tensorflow_datasets)
     holdout: int = 1000
     max_length_ratio: float = 2.0  # drop train pairs whose lengths in characters differ more
@@ -59,16 +117,15 @@ class DataConfig:
     character_coverage: float = 1.0  # rarer characters fall back to byte pieces
     vocab_max_sentences: int = 1_000_000  # train sentences per side sampled for the vocabulary
     max_length: int = 128  # tokens of a side, BOS / EOS included; longer pairs are skipped
-    shards: int | None = None  # train shard files (default: one per 500,000 pairs, at most 256)
+    shards: int | None = None  # train shard files of each corpus (default: one per 500,000
+    # pairs, at most 256)
     seed: int = 1234  # shuffling, held-out sampling, vocabulary sampling
     # Word alignments of the train pairs written beside the shards (data/*.align) for
     # train.guided_alignment_weight: by eflomal (pipelines/corpus/alignments.py), or none.
     alignments: Literal["none", "eflomal"] = "none"
 
     def __post_init__(self) -> None:
-        message = check_source_spec(self.source)
-        if message:
-            raise FieldError("source", f"{message}, got {self.source!r}")
+        self._check_corpora()
         for key, low in (("holdout", 1), ("vocab_size", 300), ("vocab_max_sentences", 1000),
                          ("max_length", 3)):
             if getattr(self, key) < low:
@@ -81,12 +138,47 @@ class DataConfig:
         if self.max_length_ratio and self.max_length_ratio < 1:
             raise FieldError("max_length_ratio",
                              f"must be 0 (off) or at least 1, got {self.max_length_ratio!r}")
-        kind = self.source.split(":")[0]
-        if kind == "files" and self.train is None:
-            raise FieldError("source", "source 'files' needs a train split (data.train)")
-        for key in ("train", "dev", "test"):
-            if kind != "files" and getattr(self, key) is not None:
-                raise FieldError(key, f"only source 'files' takes split files, not {self.source!r}")
-        for key in ("src_lang", "tgt_lang"):
-            if kind == "bible" and getattr(self, key) is not None:
-                raise FieldError(key, "the languages of bible:SRC-TGT come from the source")
+
+    def corpus_configs(self) -> tuple[CorpusConfig, ...]:
+        """The corpora, in order: `corpora`, or the one corpus of `source` (named `main`)."""
+        if self.corpora:
+            return self.corpora
+        return (CorpusConfig(DEFAULT_CORPUS, self.source, self.src_lang, self.tgt_lang,
+                             self.train, self.dev, self.test),)
+
+    def dev_test_corpus(self) -> str:
+        """The name of the corpus that gives the dev and test splits."""
+        return self.dev_test or self.corpus_configs()[0].name
+
+    def _check_corpora(self) -> None:
+        """One corpus (`source`, checked as a `CorpusConfig`) or several (`corpora`), not both;
+        distinct names; `dev_test` naming one, the only one with dev / test files."""
+        if self.source is not None and self.corpora:
+            raise FieldError("corpora", "give data.source (one corpus) or data.corpora "
+                                        "(several), not both")
+        if self.source is None and not self.corpora:
+            raise FieldError("source", "missing required key: give data.source (one corpus) or "
+                                       "data.corpora (several)")
+        if self.source is not None:
+            if self.dev_test is not None:
+                raise FieldError("dev_test", "names one of data.corpora; data.source is the only "
+                                             "corpus")
+            self.corpus_configs()  # checks the source and its splits
+            return
+        for key in ("src_lang", "tgt_lang", "train", "dev", "test"):
+            if getattr(self, key) is not None:
+                raise FieldError(key, "with data.corpora, give it in the corpus it belongs to")
+        names = [corpus.name for corpus in self.corpora]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise FieldError(f"corpora[{index}].name", f"{name!r} names two corpora (also "
+                                 f"data.corpora[{names.index(name)}])")
+        if self.dev_test is not None and self.dev_test not in names:
+            raise FieldError("dev_test", f"must name one of data.corpora ({', '.join(names)}), "
+                                         f"got {self.dev_test!r}")
+        for index, corpus in enumerate(self.corpora):
+            for key in ("dev", "test"):
+                if getattr(corpus, key) is not None and corpus.name != self.dev_test_corpus():
+                    raise FieldError(f"corpora[{index}].{key}",
+                                     f"only the corpus data.dev_test names "
+                                     f"({self.dev_test_corpus()}) gives the {key} split")

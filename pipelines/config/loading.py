@@ -49,17 +49,21 @@ def load_config(path_or_name: str | Path) -> PipelineConfig:
 
 
 def check_corpus_files(path_or_name: str | Path, config: PipelineConfig) -> None:
-    """Checks that the corpus files of a `files` source exist, before any work (`prepare` and
-    `run` read them; later stages read the prepared copy).
+    """Checks that the corpus files of the `files` sources exist, before any work (`prepare`
+    and `run` read them; later stages read the prepared copy).
 
     Raises:
-        ConfigError: `FILE:LINE: data.train.src: PATH: no such file`, for the first missing.
+        ConfigError: `FILE:LINE: data.train.src: PATH: no such file` (or
+            `data.corpora[I].train.src`), for the first missing.
     """
-    for split in ("train", "dev", "test"):
-        files = getattr(config.data, split)
-        for side in ("src", "tgt", "tsv"):
-            path = getattr(files, side) if files else None
-            if path is not None and not path.is_file():
-                problem = "a directory, not a file" if path.is_dir() else "no such file"
-                raise key_error(resolve_config_path(path_or_name), f"data.{split}.{side}",
-                                f"{path}: {problem}")
+    corpora = config.data.corpus_configs()
+    prefixes = [f"data.corpora[{index}]." for index in range(len(config.data.corpora))] or ["data."]
+    for prefix, corpus in zip(prefixes, corpora):
+        for split in ("train", "dev", "test"):
+            files = getattr(corpus, split)
+            for side in ("src", "tgt", "tsv"):
+                path = getattr(files, side) if files else None
+                if path is not None and not path.is_file():
+                    problem = "a directory, not a file" if path.is_dir() else "no such file"
+                    raise key_error(resolve_config_path(path_or_name), f"{prefix}{split}.{side}",
+                                    f"{path}: {problem}")

@@ -1,12 +1,13 @@
-"""The prepare stage: corpus -> runs/NAME/data/{train shards, dev, test} + vocab/spm.model.
+"""The prepare stage: corpora -> runs/NAME/data/{train shards, dev, test} + vocab/spm.model.
 
 The split files hold raw (untokenized) UTF-8 text, one sentence a line; the train split is in
-shard files listed by data/train.json (pipelines/corpus/shards.py). The corpus streams through
-`pipelines.corpus.splitting` in two passes with bounded memory; the shared SentencePiece vocabulary
-is learned from a uniform sample of at most `data.vocab_max_sentences` train sentences per side
-(a fine-tuning run, `train.init_from`, copies its parent's instead), and the summary's token
-statistics are estimated from a sample of 100,000 train pairs
-(`pipelines.corpus.splitting.STATS_SAMPLE`). With `data.alignments` the train pairs' word
+shard files listed by data/train.json (pipelines/corpus/shards.py), each corpus of
+`data.corpora` in its own shards. The corpora stream through `pipelines.corpus.splitting` in two
+passes with bounded memory; the shared SentencePiece vocabulary is learned from a uniform
+sample of at most `data.vocab_max_sentences` train sentences per side, the corpus tags its
+user symbols (a fine-tuning run, `train.init_from`, copies its parent's instead, which must
+hold the tags), and the summary's token statistics are estimated from a sample of 100,000
+train pairs (`pipelines.corpus.splitting.STATS_SAMPLE`). With `data.alignments` the train pairs' word
 alignments are written beside their shards (`pipelines.corpus.alignments`).
 
 Everything is written under data/.prepare-PID first and moved into place at the end, the train
@@ -25,15 +26,16 @@ import time
 from pathlib import Path
 
 from keras_transformer.tokenizer import (Tokenizer, model_type, train_sentencepiece,
-                                         vocabulary)
+                                         user_symbols, vocabulary)
+from pipelines import InputError
 from pipelines.config import DataConfig, PipelineConfig
 from pipelines.files import atomic_open, write_lines_atomic
 from pipelines.training.parent import find_parent
 from pipelines.paths import RunPaths
 from pipelines.progress import PassProgress
 from pipelines.corpus.alignments import write_alignments
-from pipelines.corpus.shards import is_shard_file, shard_stem, write_manifest
-from pipelines.corpus.sources import open_source
+from pipelines.corpus.shards import CorpusShards, is_shard_file, shard_stems, write_manifest
+from pipelines.corpus.sources import open_sources
 from pipelines.corpus.splitting import Splits, write_splits
 
 STAGING_PREFIX = ".prepare-"
@@ -62,6 +64,8 @@ class PrepareSummary:
     seconds: float
     aligner: str = "none"  # data.alignments
     align_seconds: float = 0.0  # of `seconds`, aligning the train pairs
+    corpora: tuple[CorpusShards, ...] = ()  # each corpus's train shards, weight and tag
+    duplicates: tuple[int, ...] = ()  # each corpus's pairs dropped as duplicates
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -73,6 +77,7 @@ class PrepareSummary:
         return "\n".join([
             f"prepared {self.source} -> {self.run_dir} in {self.seconds:.1f} s",
             f"  pairs     {pairs}  ({self.shards} train shard{'s' * (self.shards > 1)})",
+            *self._corpus_lines(),
             f"  dropped   {dropped}",
             f"  vocab     {self.vocab_size:,} shared {self.vocab_type} pieces "
             f"({RunPaths(self.run_dir).spm_model}" + (
@@ -88,6 +93,19 @@ class PrepareSummary:
         ] + ([f"  aligned   {train:,} train pairs with {self.aligner} in "
               f"{self.align_seconds:.1f} s (data/*.align)"] if self.aligner != "none" else []))
 
+    def _corpus_lines(self) -> list[str]:
+        """With several corpora, a line for each: its train pairs and weight, and their shares
+        of the train split and of the weights, its tag, its duplicates dropped."""
+        if len(self.corpora) < 2:
+            return []
+        width = max(len(corpus.name) for corpus in self.corpora)
+        weights = sum(corpus.weight for corpus in self.corpora)
+        return [f"  corpus    {corpus.name:<{width}}  {sum(corpus.pairs):,} train pairs "
+                f"({sum(corpus.pairs) / self.pairs['train']:.1%}), weight {corpus.weight:g} "
+                f"({corpus.weight / weights:.1%})" + (f", tag {corpus.tag}" if corpus.tag else "")
+                + f", {duplicates:,} duplicate(s) dropped"
+                for corpus, duplicates in zip(self.corpora, self.duplicates)]
+
 
 def prepare(config: PipelineConfig) -> PrepareSummary:
     """Streams the corpus into split files, learns the vocabulary and measures a sample.
@@ -95,18 +113,21 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
     Raises:
         CorpusError: the corpus is missing, malformed or empty after filtering.
         InputError: `train.init_from` names no usable parent
-            (`pipelines.training.parent.find_parent`).
+            (`pipelines.training.parent.find_parent`), or one whose vocabulary lacks a corpus
+            tag.
     """
     start = time.monotonic()
     data = config.data
     paths = RunPaths(config.run_path)
     parent = find_parent(config)
+    if parent:
+        _check_parent_tags(data, parent.spm_model)
     _remove_staging(paths.data)
-    source = open_source(data)
+    sources = open_sources(data)
     staging = paths.data / f"{STAGING_PREFIX}{os.getpid()}"
     progress = PassProgress()
     try:
-        splits = write_splits(source, data, staging, progress.update)
+        splits = write_splits(sources, data, staging, progress.update)
         model_proto = (parent.spm_model.read_bytes() if parent else
                        _learn_vocabulary(splits, data, progress))
         staged_model = staging / paths.spm_model.name
@@ -121,13 +142,38 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
     finally:
         progress.close()
         shutil.rmtree(staging, ignore_errors=True)
+    names = [corpus.name for corpus in splits.corpora]
     return PrepareSummary(
-        run_dir=config.run_path, source=data.source, pairs=splits.pairs, dropped=splits.dropped,
-        shards=len(splits.shard_pairs), sampled_pairs=splits.stats_pairs, too_long=too_long,
+        run_dir=config.run_path, source=data.source or f"corpora {', '.join(names)}",
+        pairs=splits.pairs, dropped=splits.dropped,
+        shards=sum(len(corpus.pairs) for corpus in splits.corpora),
+        sampled_pairs=splits.stats_pairs, too_long=too_long,
         max_length=data.max_length, vocab_size=Tokenizer(model_proto).vocab_size,
         vocab_type=model_type(model_proto), vocab_parent=parent.spm_model if parent else None,
         avg_tokens=avg_tokens, padding_efficiency=efficiency, seconds=time.monotonic() - start,
-        aligner=data.alignments, align_seconds=align_seconds)
+        aligner=data.alignments, align_seconds=align_seconds, corpora=tuple(splits.corpora),
+        duplicates=tuple(splits.duplicates))
+
+
+def _tags(data: DataConfig) -> list[str]:
+    """The corpus tags, each once, in corpus order."""
+    return list(dict.fromkeys(corpus.tag for corpus in data.corpus_configs() if corpus.tag))
+
+
+def _check_parent_tags(data: DataConfig, spm_model: Path) -> None:
+    """Refuses a corpus tag that the parent's vocabulary, which a fine-tuning run copies,
+    would split (not one of its user symbols).
+
+    Raises:
+        InputError: `data.corpora[I].tag: ...`, before any work.
+    """
+    known = user_symbols(spm_model.read_bytes())
+    for index, corpus in enumerate(data.corpus_configs()):
+        if corpus.tag and corpus.tag not in known:
+            raise InputError(
+                f"data.corpora[{index}].tag: {corpus.tag} is not a piece of the parent's "
+                f"vocabulary {spm_model} (train.init_from), which would split it; tag the corpus "
+                f"with one of the parent's tags ({', '.join(known) or 'it has none'})")
 
 
 def _learn_vocabulary(splits: Splits, data: DataConfig, progress: PassProgress) -> bytes:
@@ -138,7 +184,8 @@ def _learn_vocabulary(splits: Splits, data: DataConfig, progress: PassProgress) 
     return train_sentencepiece(list(splits.vocab_sample), vocab_size=data.vocab_size,
                                model_type=data.vocab_type,
                                character_coverage=data.character_coverage,
-                               max_sentences=2 * data.vocab_max_sentences, seed=data.seed)
+                               max_sentences=2 * data.vocab_max_sentences, seed=data.seed,
+                               user_symbols=_tags(data))
 
 
 def _measure(splits: Splits, model: Path, config: PipelineConfig
@@ -155,9 +202,9 @@ def _measure(splits: Splits, model: Path, config: PipelineConfig
 
 
 def _shard_stems(splits: Splits) -> list[str]:
-    """The train shards' names without their side's suffix."""
-    count = len(splits.shard_pairs)
-    return [shard_stem(i, count) for i in range(count)]
+    """The train shards' names without their side's suffix, corpus by corpus."""
+    return [stem for stems in shard_stems([(corpus.name, len(corpus.pairs))
+                                           for corpus in splits.corpora]) for stem in stems]
 
 
 def _publish(staging: Path, paths: RunPaths, splits: Splits, model_proto: bytes,
@@ -174,7 +221,7 @@ def _publish(staging: Path, paths: RunPaths, splits: Splits, model_proto: bytes,
     os.replace(staging / paths.spm_model.name, paths.spm_model)
     write_lines_atomic(paths.spm_vocab,
                        (f"{piece}\t{score:g}" for piece, score in vocabulary(model_proto)))
-    write_manifest(paths.data, splits.shard_pairs, aligner if aligner != "none" else None)
+    write_manifest(paths.data, splits.corpora, aligner if aligner != "none" else None)
     for path in paths.data.iterdir():
         if is_shard_file(path) and path.name not in names:
             path.unlink()

@@ -1,20 +1,26 @@
 """The layout of a prepared train split: shard files and the manifest that lists them.
 
 `data/train-00000-of-00004.src` / `.tgt` ... hold the train pairs, pair i of the split in shard
-i mod N, so shards differ by at most one pair. `data/train.json`, written last, lists the
-shards and their pair counts (and, with `data.alignments`, each shard's word-alignment file
-`.align`: `pipelines.corpus.alignments`); readers take the list from it (never from a glob), so files left
-by an older prepare are never read. Several shards let tf.data interleave them and let each
-MultiWorkerMirroredStrategy worker read its own files.
+i mod N, so shards differ by at most one pair; with several corpora (`data.corpora`) each has
+its own shards, `data/train-NAME-00000-of-00004.src` .... `data/train.json`, written last,
+lists the shards with their pair counts and each shard's corpus, weight and tag (and, with
+`data.alignments`, its word-alignment file `.align`: `pipelines.corpus.alignments`); readers
+take the list from it (never from a glob), so files left by an older prepare are never read. A
+manifest of an earlier version, without corpora, is one corpus of weight 1. Several shards let
+tf.data interleave them and let each MultiWorkerMirroredStrategy worker read its own files.
 
 Example:
     >>> train_shards(Path("runs/demo/data"))  # [(train-00000-of-00001.src, ....tgt)]
+    >>> train_corpora(Path("runs/demo/data"))  # [CorpusShards("main", 1.0, None, (28597,))]
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 from pathlib import Path
+from typing import Sequence
 
 from pipelines import InputError
 from pipelines.files import atomic_open
@@ -23,6 +29,27 @@ MANIFEST = "train.json"
 PAIRS_PER_SHARD = 500_000  # the default shard size
 MAX_SHARDS = 256
 Shard = tuple[Path, Path]  # (source file, target file)
+DEFAULT_CORPUS = "main"  # the name of the one corpus of `data.source` (and of older manifests)
+CORPUS_NAME = r"[a-z0-9_]+"  # a corpus name, part of its shards' file names
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusShards:
+    """One corpus of the train split as the manifest records it: its name, its weight (share
+    of the training pairs, relative to the others'), its tag (or None) and the pairs of each of
+    its shards."""
+
+    name: str
+    weight: float
+    tag: str | None
+    pairs: tuple[int, ...]
+
+
+def corpus_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a corpus (it goes into shard file names), or None."""
+    if re.fullmatch(CORPUS_NAME, name):
+        return None
+    return "a corpus name is lowercase letters, digits and underscores (it names its shards)"
 
 
 def shard_count(pairs: int, requested: int | None = None) -> int:
@@ -32,9 +59,18 @@ def shard_count(pairs: int, requested: int | None = None) -> int:
     return max(1, min(count, pairs))
 
 
-def shard_stem(index: int, count: int) -> str:
-    """`train-00003-of-00008`: the name of shard `index` without its side's suffix."""
-    return f"train-{index:05d}-of-{count:05d}"
+def shard_stem(index: int, count: int, corpus: str | None = None) -> str:
+    """`train-00003-of-00008` (or `train-CORPUS-00003-of-00008`): the name of shard `index`
+    without its side's suffix."""
+    return f"train-{f'{corpus}-' if corpus else ''}{index:05d}-of-{count:05d}"
+
+
+def shard_stems(corpora: Sequence[tuple[str, int]]) -> list[list[str]]:
+    """The shard names of each (corpus name, shard count): the corpus's name in them when
+    there are several corpora."""
+    named = len(corpora) > 1
+    return [[shard_stem(i, count, name if named else None) for i in range(count)]
+            for name, count in corpora]
 
 
 def is_shard_file(path: Path) -> bool:
@@ -44,17 +80,17 @@ def is_shard_file(path: Path) -> bool:
         stem.startswith("train-") and "-of-" in stem))
 
 
-def write_manifest(data_dir: Path, pairs: list[int], aligner: str | None = None) -> None:
-    """data/train.json for shards holding `pairs[i]` pairs each, with their `.align` files
-    when `aligner` (the `data.alignments` that wrote them) is given."""
-    count = len(pairs)
-    names = [shard_stem(i, count) for i in range(count)]
-    shards = [{"src": f"{stem}.src", "tgt": f"{stem}.tgt", "pairs": n}
-              for stem, n in zip(names, pairs)]
-    if aligner:
-        for stem, shard in zip(names, shards):
-            shard["align"] = f"{stem}.align"
-    manifest = {"pairs": sum(pairs), "shards": shards, **({"aligner": aligner} if aligner else {})}
+def write_manifest(data_dir: Path, corpora: Sequence[CorpusShards],
+                   aligner: str | None = None) -> None:
+    """data/train.json for the shards of `corpora` (named by `shard_stems`), with their
+    `.align` files when `aligner` (the `data.alignments` that wrote them) is given."""
+    stems = shard_stems([(corpus.name, len(corpus.pairs)) for corpus in corpora])
+    shards = [{"src": f"{stem}.src", "tgt": f"{stem}.tgt", "pairs": n, "corpus": corpus.name,
+               "weight": corpus.weight, "tag": corpus.tag,
+               **({"align": f"{stem}.align"} if aligner else {})}
+              for corpus, names in zip(corpora, stems) for stem, n in zip(names, corpus.pairs)]
+    manifest = {"pairs": sum(sum(corpus.pairs) for corpus in corpora), "shards": shards,
+                **({"aligner": aligner} if aligner else {})}
     with atomic_open(data_dir / MANIFEST, "w") as file:
         json.dump(manifest, file, indent=1)
 
@@ -67,6 +103,24 @@ def train_shards(data_dir: Path) -> list[Shard]:
     """
     return [(data_dir / shard["src"], data_dir / shard["tgt"])
             for shard in _manifest(data_dir)["shards"]]
+
+
+def train_corpora(data_dir: Path) -> list[CorpusShards]:
+    """The corpora of the train split, in the manifest's order (that of `train_shards`, each
+    corpus's shards together); one of weight 1 for a manifest without corpora.
+
+    Raises:
+        InputError: no manifest, or one that cannot be read.
+    """
+    corpora: list[CorpusShards] = []
+    for shard in _manifest(data_dir)["shards"]:
+        name = shard.get("corpus", DEFAULT_CORPUS)
+        if not corpora or corpora[-1].name != name:
+            corpora.append(CorpusShards(name, float(shard.get("weight", 1.0)), shard.get("tag"),
+                                        ()))
+        corpora[-1] = dataclasses.replace(corpora[-1],
+                                          pairs=corpora[-1].pairs + (shard.get("pairs", 0),))
+    return corpora
 
 
 def train_alignments(data_dir: Path) -> list[Path]:

@@ -1,6 +1,6 @@
 """Corpora as streams of cleaned sentence pairs, read again for each pass of `prepare`.
 
-Sources (the `data.source` of a pipeline config):
+Sources (the `data.source` of a pipeline config, or the `source` of each of `data.corpora`):
 - `bible:SRC-TGT` (pipelines/corpus/bible.py): every aligned verse pair, whole chapters assigned to
   dev and test.
 - `files`: the user's parallel text files (`src` + `tgt`) or TSV files, one pair per line, read
@@ -12,7 +12,7 @@ iterated and never holds the corpus in memory (the Bible's 31k verses excepted);
 tells how much of the input the current pass has read.
 
 Example:
-    >>> source = open_source(config.data)
+    >>> source, *others = open_sources(config.data)  # one a corpus, in order
     >>> for src, tgt, split in source.pool(): ...
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pipelines.files import clean_text
 if TYPE_CHECKING:
     import tensorflow_datasets as tfds
 
-    from pipelines.config import DataConfig, SplitFiles
+    from pipelines.config import CorpusConfig, DataConfig, SplitFiles
 
 Pair = tuple[str, str]
 PoolPair = tuple[str, str, str | None]  # (source, target, split given by the source or None)
@@ -74,33 +74,43 @@ class Source:
     meter: Meter
 
 
-def open_source(data: DataConfig) -> Source:
-    """The corpus that `data.source` names, ready to stream.
+def open_sources(data: DataConfig) -> list[Source]:
+    """The corpora of `data` (`DataConfig.corpus_configs`), in order, ready to stream.
+
+    Raises:
+        CorpusError: as `open_source`.
+    """
+    return [open_source(corpus, data) for corpus in data.corpus_configs()]
+
+
+def open_source(corpus: CorpusConfig, data: DataConfig) -> Source:
+    """The corpus that `corpus.source` names, ready to stream (`data` gives the Bible's
+    `holdout` and the `tfds_data_dir`).
 
     Raises:
         CorpusError: a missing data package or TFDS builder, or a language the builder lacks.
             Unreadable or malformed files raise while they are read.
     """
-    kind = data.source.partition(":")[0]
+    kind = corpus.source.partition(":")[0]
     meter = Meter()
     if kind == "bible":
         dropped: collections.Counter[str] = collections.Counter()
-        verses = bible_pairs(data.source, data.holdout, dropped)
+        verses = bible_pairs(corpus.source, data.holdout, dropped)
         meter.total = len(verses)
 
         def pool() -> Iterator[PoolPair]:
             for meter.done, (source, target, split, _) in enumerate(verses, 1):
                 yield source, target, split
 
-        return Source(data.source, pool, {}, dict(dropped), meter)
+        return Source(corpus.source, pool, {}, dict(dropped), meter)
     if kind == "files":
-        meter.total = sum(_size(path) for path in _paths(data.train))
-        given = {name: _file_pairs(getattr(data, name), None) for name in ("dev", "test")
-                 if getattr(data, name) is not None}
-        train = _file_pairs(data.train, meter)
-        return Source(_describe(data.train), lambda: ((s, t, None) for s, t in train()), given,
+        meter.total = sum(_size(path) for path in _paths(corpus.train))
+        given = {name: _file_pairs(getattr(corpus, name), None) for name in ("dev", "test")
+                 if getattr(corpus, name) is not None}
+        train = _file_pairs(corpus.train, meter)
+        return Source(_describe(corpus.train), lambda: ((s, t, None) for s, t in train()), given,
                       {}, meter)
-    return _tfds_source(data, meter)
+    return _tfds_source(corpus, data.tfds_data_dir, meter)
 
 
 # User files -------------------------------------------------------------------------------
@@ -177,26 +187,27 @@ def _tsv_pairs(path: Path, meter: Meter | None) -> Iterator[Pair]:
 # TFDS -------------------------------------------------------------------------------------
 
 
-def _tfds_source(data: DataConfig, meter: Meter) -> Source:
+def _tfds_source(corpus: CorpusConfig, tfds_data_dir: Path | None, meter: Meter) -> Source:
     """train (pool), validation (dev) and test of a TFDS translation builder; languages are
     the builder's feature keys (`de`, `en`)."""
     import tensorflow_datasets as tfds
 
-    name = data.source.partition(":")[2]
-    data_dir = str(data.tfds_data_dir) if data.tfds_data_dir else None
+    name = corpus.source.partition(":")[2]
+    data_dir = str(tfds_data_dir) if tfds_data_dir else None
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError as error:
-        raise CorpusError(f"{data.source}: no such tensorflow-datasets builder "
+        raise CorpusError(f"{corpus.source}: no such tensorflow-datasets builder "
                           f"({str(error).splitlines()[0]})") from None
     if not builder.is_prepared():
-        _download_and_prepare(builder, data)
+        _download_and_prepare(builder, corpus)
     languages = list(builder.info.features.keys())
     default = builder.info.supervised_keys or (None, None)
-    src_lang, tgt_lang = data.src_lang or default[0], data.tgt_lang or default[1]
+    src_lang, tgt_lang = corpus.src_lang or default[0], corpus.tgt_lang or default[1]
     for key, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
         if lang not in languages:
-            raise CorpusError(f"{data.source}: data.{key} must be one of {languages}, got {lang!r}")
+            raise CorpusError(f"{corpus.source}: data.{key} must be one of {languages}, "
+                              f"got {lang!r}")
     datasets = {}
     for split, tfds_split in (("train", "train"), ("dev", "validation"), ("test", "test")):
         try:
@@ -205,26 +216,26 @@ def _tfds_source(data: DataConfig, meter: Meter) -> Source:
             if "Unknown split" not in str(error):
                 raise
     if "train" not in datasets:
-        raise CorpusError(f"{data.source}: the builder has no train split")
+        raise CorpusError(f"{corpus.source}: the builder has no train split")
     meter.total = max(0, int(datasets["train"].cardinality()))
 
     def pairs(split: str, counted: Meter | None) -> Iterator[Pair]:
         index = 0
         for batch in tfds.as_numpy(datasets[split].batch(TFDS_BATCH)):
             for src, tgt in zip(batch[src_lang], batch[tgt_lang]):
-                yield (clean_text(_decode(src, data.source, split, index)),
-                       clean_text(_decode(tgt, data.source, split, index)))
+                yield (clean_text(_decode(src, corpus.source, split, index)),
+                       clean_text(_decode(tgt, corpus.source, split, index)))
                 index += 1
             if counted is not None:
                 counted.done = index
 
     given = {split: (lambda split=split: pairs(split, None)) for split in ("dev", "test")
              if split in datasets}
-    return Source(data.source, lambda: ((s, t, None) for s, t in pairs("train", meter)), given,
+    return Source(corpus.source, lambda: ((s, t, None) for s, t in pairs("train", meter)), given,
                   {}, meter)
 
 
-def _download_and_prepare(builder: tfds.core.DatasetBuilder, data: DataConfig) -> None:
+def _download_and_prepare(builder: tfds.core.DatasetBuilder, corpus: CorpusConfig) -> None:
     """Downloads and prepares a builder's data in its data_dir, failing within seconds, with
     how to provide the data offline, when a download cannot connect."""
     import requests
@@ -236,10 +247,10 @@ def _download_and_prepare(builder: tfds.core.DatasetBuilder, data: DataConfig) -
     except (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
             urllib.error.URLError) as error:
         url = getattr(getattr(error, "request", None), "url", None) or "a download URL"
-        name = data.source.partition(":")[2]
+        name = corpus.source.partition(":")[2]
         raise CorpusError(
-            f"{data.source}: not prepared in {builder.data_dir_root} and {url} cannot be reached "
-            f"({type(error).__name__}). Without network access: run `tfds build {name} "
+            f"{corpus.source}: not prepared in {builder.data_dir_root} and {url} cannot be "
+            f"reached ({type(error).__name__}). Without network access: run `tfds build {name} "
             f"--data_dir DIR` on a machine that has it, copy DIR here and set "
             f"data.tfds_data_dir: DIR") from None
     finally:

@@ -1,38 +1,45 @@
-"""A corpus -> filtered, de-duplicated, held-out split files, in two streaming passes.
+"""Corpora -> filtered, de-duplicated, held-out split files, in two streaming passes.
 
 Memory stays bounded whatever the corpus size: nothing holds the pairs, only a 64-bit digest
 of each (8 bytes a pair, about 290 MB at 36M pairs, sorted once between the passes).
 
-Pass 1 reads the pool, drops pairs with an empty side or a character length ratio over
-`max_length_ratio`, records each remaining pair's digest (a hash of seed and pair) and keeps
-the pairs the source assigns to dev / test, or else the `holdout` pairs of smallest digest per
-missing split. Sorting the digests then finds each pair's first occurrence (the others are
-duplicates). Pass 2 reads the pool again and writes the train pairs round-robin into shard
-files, and uniform samples of them for the vocabulary and for the statistics; held-out pairs
-with a side that occurs in train are dropped, and dev / test are written last. Splits the
-source gives (its dev / test) are written as they are.
+Pass 1 reads each corpus's pool in turn (`DataConfig.corpus_configs` order), drops pairs with
+an empty side or a character length ratio over `max_length_ratio`, records each remaining
+pair's digest (a hash of seed and pair) and, from the corpus that gives dev and test
+(`DataConfig.dev_test_corpus`), keeps the pairs its source assigns to dev / test, or else the
+`holdout` pairs of smallest digest per missing split; it refuses a corpus text that holds a
+corpus tag. Sorting the digests then finds each pair's first occurrence across all corpora (the
+others are duplicates: a pair of several corpora is kept in the first), and a corpus's
+`max_pairs` keeps its train pairs of smallest digest (a uniform sample). Pass 2 reads the pools
+again and writes each corpus's train pairs round-robin into its shard files (the source after
+its tag: `pipelines.corpus.tags.tagged`), and uniform samples of all train pairs for the
+vocabulary and for the statistics; held-out pairs with a side that occurs in train are
+dropped, and dev / test are written last. Splits the source gives (its dev / test) are written
+as they are.
 
 Example:
-    >>> splits = write_splits(open_source(config.data), config.data, Path("runs/demo/data"))
+    >>> splits = write_splits(open_sources(config.data), config.data, Path("runs/demo/data"))
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import heapq
 from array import array
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from pipelines import CorpusError
-from pipelines.corpus.shards import shard_count, shard_stem
+from pipelines.corpus.shards import CorpusShards, shard_count, shard_stems
 from pipelines.corpus.sources import Pair, Source
+from pipelines.corpus.tags import tagged
 
 if TYPE_CHECKING:
-    from pipelines.config import DataConfig
+    from pipelines.config import CorpusConfig, DataConfig
 
 STATS_SAMPLE = 100_000  # train pairs the summary statistics are estimated from
 WRITE_BUFFER = 1 << 18
@@ -48,7 +55,9 @@ class Splits:
     Attributes:
         pairs: split -> pairs written.
         dropped: reason -> pairs left out.
-        shard_pairs: pairs in each train shard (`shard_stem(i, len(shard_pairs))`.src / .tgt).
+        corpora: each corpus's train shards (named by `shard_stems`), weight and tag.
+        duplicates: each corpus's pairs dropped as duplicates (of a pair of it or of an
+            earlier corpus).
         vocab_sample: files of train sentences to learn the vocabulary from (source, target).
         stats_sample: files of train pairs to estimate the statistics from.
         stats_pairs: pairs in `stats_sample` (all train pairs when there are few).
@@ -56,7 +65,8 @@ class Splits:
 
     pairs: dict[str, int]
     dropped: dict[str, int]
-    shard_pairs: list[int]
+    corpora: list[CorpusShards]
+    duplicates: list[int]
     vocab_sample: tuple[Path, Path]
     stats_sample: tuple[Path, Path]
     stats_pairs: int
@@ -88,51 +98,74 @@ def pair_digest(src: str, tgt: str, seed: int) -> int:
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
 
 
-def write_splits(source: Source, data: DataConfig, out_dir: Path,
+def write_splits(sources: Sequence[Source], data: DataConfig, out_dir: Path,
                  report: Report = lambda *_: None) -> Splits:
-    """Streams `source` into `out_dir`: the train shards, dev.{src,tgt}, test.{src,tgt}, and
-    the samples (see `Splits`). `report` is called now and then with the progress.
+    """Streams `sources` (one a corpus of `data.corpus_configs()`) into `out_dir`: the train
+    shards, dev.{src,tgt}, test.{src,tgt}, and the samples (see `Splits`). `report` is called
+    now and then with the progress.
 
     Raises:
-        CorpusError: a malformed corpus, or no train pair left (found in pass 1, before
-            anything is written).
+        CorpusError: a malformed corpus, a corpus tag in a corpus's text, or a corpus with no
+            train pair left (found in pass 1, before anything is written).
     """
-    dropped = collections.Counter(source.dropped)
-    missing = [name for name in ("dev", "test") if name not in source.given]
-    digests, held = _first_pass(source, data, missing, dropped, report)
-    given = {name: sum(1 for _ in read()) for name, read in source.given.items()}  # validates
-    keep = _first_occurrences(digests)
-    del digests
-    dropped["duplicate pair"] += len(keep) - int(keep.sum())
+    corpora = data.corpus_configs()
+    main = [corpus.name for corpus in corpora].index(data.dev_test_corpus())
+    dropped: collections.Counter[str] = collections.Counter()
+    for source in sources:
+        dropped.update(source.dropped)
+    missing = [name for name in ("dev", "test") if name not in sources[main].given]
+    digests, held, starts = _first_pass(sources, corpora, main, data, missing, dropped, report)
+    given = {name: sum(1 for _ in read()) for name, read in sources[main].given.items()}
+    keep = _first_occurrences(digests)  # then only the train pairs
+    ranges = list(zip(starts, starts[1:]))
+    duplicates = [int(end - start - keep[start:end].sum()) for start, end in ranges]
+    dropped["duplicate pair"] += sum(duplicates)
     held = [h for h in held if keep[h.index]]
-    train_pairs = int(keep.sum()) - len(held)
-    if train_pairs <= 0:
-        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()) if n)
-        raise CorpusError(f"{source.where}: no training pairs left after filtering "
-                          f"(dropped: {reasons or 'none'})")
-    shards = shard_count(train_pairs, data.shards)
+    keep[np.array([h.index for h in held], dtype=np.int64)] = False
+    values = np.frombuffer(digests, dtype=np.uint64) if len(digests) else np.zeros(0, np.uint64)
+    for corpus, (start, end) in zip(corpora, ranges):
+        if corpus.max_pairs:
+            dropped[f"over max_pairs of {corpus.name}"] += _cap(keep[start:end],
+                                                                values[start:end],
+                                                                corpus.max_pairs)
+    del digests, values
+    counts = [int(keep[start:end].sum()) for start, end in ranges]
+    for corpus, source, count in zip(corpora, sources, counts):
+        if count <= 0:
+            reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()) if n)
+            where = source.where if len(corpora) == 1 else f"corpus {corpus.name} ({source.where})"
+            raise CorpusError(f"{where}: no training pairs left after filtering "
+                              f"(dropped: {reasons or 'none'})")
+    train_pairs = sum(counts)
+    shards = [shard_count(count, data.shards) for count in counts]
     marks = _sample_marks(train_pairs, data.vocab_max_sentences, data.seed)
     stats_marks = _sample_marks(train_pairs, STATS_SAMPLE, data.seed + 1)
     np.bitwise_or(marks, stats_marks << 1, out=marks)
     del stats_marks
     out_dir.mkdir(parents=True, exist_ok=True)
-    shard_pairs, shared = _second_pass(source, data, keep.data, held, marks.data, shards,
-                                       out_dir, report)
+    second = _SecondPass(data, keep.data, marks.data, held, out_dir, report)
+    stems = shard_stems([(corpus.name, count) for corpus, count in zip(corpora, shards)])
+    with second.samples():
+        written = [CorpusShards(corpus.name, corpus.weight, corpus.tag,
+                                second.write(source, corpus.tag, range(*pool), count, names))
+                   for corpus, source, pool, count, names
+                   in zip(corpora, sources, ranges, counts, stems)]
     pairs = {"train": train_pairs}
     for name in ("dev", "test"):
-        if name in source.given:
-            pairs[name] = _write_pairs(out_dir, name, source.given[name]())
+        if name in sources[main].given:
+            pairs[name] = _write_pairs(out_dir, name, sources[main].given[name]())
             if pairs[name] != given[name]:
-                raise CorpusError(f"{source.where}: the {name} split changed while it was read")
+                raise CorpusError(f"{sources[main].where}: the {name} split changed while it "
+                                  f"was read")
             continue
         kept = [h.pair for h in sorted(held, key=lambda h: h.index) if h.split == name
-                and h.pair[0] not in shared[0] and h.pair[1] not in shared[1]]
+                and h.pair[0] not in second.shared[0] and h.pair[1] not in second.shared[1]]
         overlap = sum(h.split == name for h in held) - len(kept)
         if overlap:
             dropped[f"{name} pair sharing a side with train"] += overlap
         pairs[name] = _write_pairs(out_dir, name, kept)
     return Splits(pairs=pairs, dropped={k: n for k, n in sorted(dropped.items()) if n},
-                  shard_pairs=shard_pairs,
+                  corpora=written, duplicates=duplicates,
                   vocab_sample=(out_dir / "vocab_sample.src", out_dir / "vocab_sample.tgt"),
                   stats_sample=(out_dir / "stats_sample.src", out_dir / "stats_sample.tgt"),
                   stats_pairs=int(np.count_nonzero(marks & STATS)))
@@ -152,30 +185,50 @@ def _filtered(source: Source, data: DataConfig, dropped: collections.Counter[str
             dropped[reason] += 1
 
 
-def _first_pass(source: Source, data: DataConfig, missing: list[str],
-                dropped: collections.Counter[str], report: Report) -> tuple[array, list[_Held]]:
-    """Digests of the filtered pool pairs, and the pairs held out for dev and test: those the
-    source assigns, or the `holdout` smallest distinct digests for each missing split."""
+def _first_pass(sources: Sequence[Source], corpora: Sequence[CorpusConfig], main: int,
+                data: DataConfig, missing: list[str], dropped: collections.Counter[str],
+                report: Report) -> tuple[array, list[_Held], list[int]]:
+    """Digests of the filtered pool pairs of every corpus, the pairs held out for dev and test
+    from corpus `main`: those its source assigns, or the `holdout` smallest distinct digests
+    for each missing split; and where each corpus's pairs start (and the last ends).
+
+    Raises:
+        CorpusError: a corpus tag in the text of a pair.
+    """
     digests = array("Q")
     assigned: list[_Held] = []
     capacity = data.holdout * len(missing)
     smallest: list[tuple[int, int, Pair]] = []  # a max-heap of (-digest, index, pair)
     in_heap: set[int] = set()
-    for index, (src, tgt, split) in enumerate(_filtered(source, data, dropped, "reading", report)):
-        digest = pair_digest(src, tgt, data.seed)
-        digests.append(digest)
-        if split in ("dev", "test"):
-            assigned.append(_Held(index, split, (src, tgt)))
-        elif split is None and capacity and digest not in in_heap and (
-                len(smallest) < capacity or digest < -smallest[0][0]):
-            if len(smallest) == capacity:
-                in_heap.discard(-heapq.heappop(smallest)[0])
-            heapq.heappush(smallest, (-digest, index, (src, tgt)))
-            in_heap.add(digest)
+    tags = {corpus.tag: number for number, corpus in reversed(list(enumerate(corpora)))
+            if corpus.tag}  # tag -> the first corpus it tags
+    starts = []
+    for number, (source, corpus) in enumerate(zip(sources, corpora)):
+        starts.append(len(digests))
+        for src, tgt, split in _filtered(source, data, dropped, "reading", report):
+            index = len(digests)
+            digest = pair_digest(src, tgt, data.seed)
+            digests.append(digest)
+            for tag, tagger in tags.items():
+                if tag in src or tag in tgt:
+                    raise CorpusError(
+                        f"data.corpora[{tagger}].tag: {tag} occurs in the text of corpus "
+                        f"{corpus.name} ({source.where}: {(src if tag in src else tgt)[:80]!r}), "
+                        f"which the vocabulary would read as the tag; choose another tag")
+            if number != main:
+                continue
+            if split in ("dev", "test"):
+                assigned.append(_Held(index, split, (src, tgt)))
+            elif split is None and capacity and digest not in in_heap and (
+                    len(smallest) < capacity or digest < -smallest[0][0]):
+                if len(smallest) == capacity:
+                    in_heap.discard(-heapq.heappop(smallest)[0])
+                heapq.heappush(smallest, (-digest, index, (src, tgt)))
+                in_heap.add(digest)
     ranked = sorted(smallest, reverse=True)  # ascending digests
     held = [_Held(index, missing[rank // data.holdout], pair)
             for rank, (_, index, pair) in enumerate(ranked)]
-    return digests, assigned + held
+    return digests, assigned + held, starts + [len(digests)]
 
 
 def _first_occurrences(digests: array) -> np.ndarray:
@@ -201,51 +254,79 @@ def _sample_marks(population: int, size: int, seed: int) -> np.ndarray:
     return marks
 
 
-def _second_pass(source: Source, data: DataConfig, keep: memoryview, held: list[_Held],
-                 marks: memoryview, shards: int, out_dir: Path,
-                 report: Report) -> tuple[list[int], tuple[set[str], set[str]]]:
-    """Writes the train shards and the samples; returns the shards' pair counts and the
-    held-out sources and targets that occur in train."""
-    held_index = {h.index for h in held}
-    held_src, held_tgt = {h.pair[0] for h in held}, {h.pair[1] for h in held}
-    shared: tuple[set[str], set[str]] = (set(), set())
-    stems = [shard_stem(i, shards) for i in range(shards)]
-    names = [f"{stem}.{side}" for stem in stems for side in ("src", "tgt")]
-    names += [f"{sample}.{side}" for sample in ("vocab_sample", "stats_sample")
-              for side in ("src", "tgt")]
-    files = {name: open(out_dir / name, "w", encoding="utf-8", newline="\n",
-                        buffering=WRITE_BUFFER) for name in names}
-    try:
-        outputs = [(files[f"{stem}.src"], files[f"{stem}.tgt"]) for stem in stems]
-        vocab = (files["vocab_sample.src"], files["vocab_sample.tgt"])
-        stats = (files["stats_sample.src"], files["stats_sample.tgt"])
-        position = 0
-        for index, (src, tgt, _) in enumerate(_filtered(source, data, None, "writing", report)):
-            if index >= len(keep):
-                raise CorpusError(f"{source.where}: the corpus changed while it was read")
-            if not keep[index] or index in held_index:
-                continue
-            src_file, tgt_file = outputs[position % shards]
-            src_file.write(src + "\n")
-            tgt_file.write(tgt + "\n")
-            if src in held_src:
-                shared[0].add(src)
-            if tgt in held_tgt:
-                shared[1].add(tgt)
-            mark = marks[position]
-            if mark & VOCAB:
-                vocab[0].write(src + "\n")
-                vocab[1].write(tgt + "\n")
-            if mark & STATS:
-                stats[0].write(src + "\n")
-                stats[1].write(tgt + "\n")
-            position += 1
-    finally:
-        for file in files.values():
-            file.close()
-    if position != len(marks):
-        raise CorpusError(f"{source.where}: the corpus changed while it was read")
-    return [len(range(i, position, shards)) for i in range(shards)], shared
+def _cap(train: np.ndarray, digests: np.ndarray, limit: int) -> int:
+    """Keeps (in `train`, a corpus's bool [pairs] in place) its `limit` train pairs of smallest
+    digest, a uniform sample; returns the number dropped."""
+    kept = np.flatnonzero(train)
+    if len(kept) <= limit:
+        return 0
+    over = kept[np.argpartition(digests[kept], limit)[limit:]]
+    train[over] = False
+    return len(over)
+
+
+class _SecondPass:
+    """Pass 2: writes each corpus's train pairs into its shards (`write`) and every corpus's
+    into the samples (open within `samples`), noting the held-out sides that occur in train
+    (`shared`: sources, targets)."""
+
+    def __init__(self, data: DataConfig, train: memoryview, marks: memoryview,
+                 held: list[_Held], out_dir: Path, report: Report) -> None:
+        self.data, self.train, self.marks, self.out_dir = data, train, marks, out_dir
+        self.report = report
+        self.held = {h.pair[0] for h in held}, {h.pair[1] for h in held}
+        self.shared: tuple[set[str], set[str]] = (set(), set())
+        self.position = 0  # among all corpora's train pairs: the index into `marks`
+        self.vocab: tuple[IO[str], IO[str]] | None = None
+        self.stats: tuple[IO[str], IO[str]] | None = None
+
+    @contextlib.contextmanager
+    def samples(self) -> Iterator[None]:
+        """The vocabulary and statistics sample files, open."""
+        with contextlib.ExitStack() as stack:
+            self.vocab, self.stats = (tuple(stack.enter_context(self._open(f"{sample}.{side}"))
+                                            for side in ("src", "tgt"))
+                                      for sample in ("vocab_sample", "stats_sample"))
+            yield
+            if self.position != len(self.marks):
+                raise CorpusError("a corpus changed while it was read")
+
+    def write(self, source: Source, tag: str | None, pool: range, count: int,
+              stems: list[str]) -> tuple[int, ...]:
+        """Writes the `count` train pairs of a corpus, whose pool pairs are those of indices
+        `pool`, into shards `stems`; returns each shard's pairs."""
+        shards = len(stems)
+        with contextlib.ExitStack() as stack:
+            outputs = [tuple(stack.enter_context(self._open(f"{stem}.{side}"))
+                             for side in ("src", "tgt")) for stem in stems]
+            written = 0
+            for index, (src, tgt, _) in enumerate(_filtered(source, self.data, None, "writing",
+                                                            self.report), pool.start):
+                if index >= pool.stop:
+                    raise CorpusError(f"{source.where}: the corpus changed while it was read")
+                if not self.train[index]:
+                    continue
+                for text, held, shared in zip((src, tgt), self.held, self.shared):
+                    if text in held:
+                        shared.add(text)
+                line = tagged(src, tag)
+                src_file, tgt_file = outputs[written % shards]
+                src_file.write(line + "\n")
+                tgt_file.write(tgt + "\n")
+                mark = self.marks[self.position]
+                for bit, (sample_src, sample_tgt) in ((VOCAB, self.vocab), (STATS, self.stats)):
+                    if mark & bit:
+                        sample_src.write(line + "\n")
+                        sample_tgt.write(tgt + "\n")
+                written += 1
+                self.position += 1
+        if written != count:
+            raise CorpusError(f"{source.where}: the corpus changed while it was read")
+        return tuple(len(range(i, written, shards)) for i in range(shards))
+
+    def _open(self, name: str) -> IO[str]:
+        return open(self.out_dir / name, "w", encoding="utf-8", newline="\n",
+                    buffering=WRITE_BUFFER)
 
 
 def _write_pairs(out_dir: Path, split: str, pairs: Iterable[Pair]) -> int:

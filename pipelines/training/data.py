@@ -8,6 +8,12 @@ with 0. The source ends with EOS (the encoder needs no BOS); the target is
 BOS ... EOS, so the trainer feeds `target_ids[:, :-1]` to the decoder and scores
 `target_ids[:, 1:]`. `max_length` counts these special tokens.
 
+Shards of several corpora (`corpora`, `weights`: `data.corpora`) are read as one stream per
+corpus, each repeated and sharded per worker on its own (every worker reads its share of every
+corpus), mixed by `tf.data.Dataset.sample_from_datasets` with the corpora's weights, then
+shuffled and length-bucketed as one; each element then has `"corpus": int32 [batch]`, the
+index of the corpus of each pair, from which the trainer counts the realised mix.
+
 Pairs go to a bucket per side (its length rounded up to a bucket boundary), so a batch holds
 pairs of similar source and of similar target lengths, and each batch has as many pairs as
 fit the token budget on both sides, counted on padded sizes:
@@ -59,7 +65,9 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
                  pad_to_bucket_boundary: bool = True, one_bucket_per_batch: bool = False,
                  boundaries: tuple[int, ...] | None = None,
                  parallel_calls: int | None = None,
-                 alignments: Sequence[str | Path] | None = None) -> tf.data.Dataset:
+                 alignments: Sequence[str | Path] | None = None,
+                 corpora: Sequence[int] | None = None,
+                 weights: Sequence[float] | None = None) -> tf.data.Dataset:
     """Batches of token ids from parallel text files, tokenized in the graph.
 
     Args:
@@ -82,6 +90,9 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
         parallel_calls: shards read and tokenizer calls at once (default: tf.data's autotuning).
         alignments: a word-alignment file per shard (`I-J ...` lines, by line with the shard's
             pairs: `pipelines.corpus.shards.train_alignments`), for an "alignment" element.
+        corpora: the corpus index of each shard (0 .. len(weights) - 1), with `weights`.
+        weights: each corpus's share of the pairs, relative to the others' (default: one
+            corpus). With several, the elements get "corpus".
 
     Returns:
         A dataset of `{"source_ids": [batch, src_time], "target_ids": [batch, tgt_time]}`.
@@ -96,12 +107,19 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
         raise ValueError(f"batch_tokens: {problem}")
     tokenizer = Tokenizer.from_file(spm_model_path)
     parallel = parallel_calls or tf.data.AUTOTUNE
-    dataset = _pairs(shards, input_context, shuffle, seed, parallel, alignments)
+    mixed = weights is not None and len(weights) > 1
+    if mixed and (corpora is None or sorted(set(corpora)) != list(range(len(weights)))):
+        raise ValueError(f"corpora: each of the {len(weights)} weighted corpora needs shards, "
+                         f"got shard corpora {corpora}")
+    dataset = (_mixed(shards, corpora, weights, input_context, shuffle, seed,
+                      parallel, alignments, repeat) if mixed else
+               _pairs(shards, input_context, shuffle, seed, parallel, alignments))
     if shuffle:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
+    if repeat and not mixed:  # each corpus repeats on its own, keeping the mix
         dataset = dataset.repeat()
-    dataset = _tokenized(dataset, tokenizer, parallel)
+    extra = ("links",) * (alignments is not None) + ("corpus",) * mixed
+    dataset = _tokenized(dataset, tokenizer, parallel, extra)
     dataset = dataset.filter(lambda ex: _longest_side(ex) <= max_length)
     if alignments is not None:
         dataset = dataset.map(_with_gold_alignment(tokenizer), num_parallel_calls=parallel)
@@ -176,15 +194,34 @@ def _pairs(shards: Sequence[tuple[str | Path, str | Path]],
     return dataset
 
 
-def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer, parallel: int) -> tf.data.Dataset:
-    """String pairs -> {"source_ids": [src_len] (.. EOS), "target_ids": [tgt_len] (BOS .. EOS)};
-    with a third string (an alignment line) it is kept as "links"."""
+def _mixed(shards: Sequence[tuple[str | Path, str | Path]], corpora: Sequence[int],
+           weights: Sequence[float], input_context: tf.distribute.InputContext | None,
+           shuffle: bool, seed: int | None, parallel: int,
+           alignments: Sequence[str | Path] | None, repeat: bool) -> tf.data.Dataset:
+    """The pairs of each corpus (`_pairs` of its shards, repeated when `repeat`, and its index
+    as a last item: int32), sampled by `weights`."""
+    streams = []
+    for corpus in range(len(weights)):
+        mine = [i for i, owner in enumerate(corpora) if owner == corpus]
+        stream = _pairs([shards[i] for i in mine], input_context, shuffle, seed, parallel,
+                        None if alignments is None else [alignments[i] for i in mine])
+        stream = stream.map(lambda *pair, corpus=corpus: (*pair, tf.constant(corpus, tf.int32)))
+        streams.append(stream.repeat() if repeat else stream)
+    total = sum(weights)
+    return tf.data.Dataset.sample_from_datasets(streams, [w / total for w in weights], seed=seed)
 
-    def encode(src: tf.Tensor, tgt: tf.Tensor, *links: tf.Tensor) -> dict[str, tf.Tensor]:
+
+def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer, parallel: int,
+               extra: tuple[str, ...] = ()) -> tf.data.Dataset:
+    """String pairs -> {"source_ids": [src_len] (.. EOS), "target_ids": [tgt_len] (BOS .. EOS)};
+    items after the pair are kept under the names `extra` (an alignment line as "links", the
+    corpus index as "corpus")."""
+
+    def encode(src: tf.Tensor, tgt: tf.Tensor, *values: tf.Tensor) -> dict[str, tf.Tensor]:
         encoded = {"source_ids": tokenizer.tokenize(src, add_eos=True),  # [chunk, (src_len)]
                    "target_ids": tokenizer.tokenize(tgt, add_bos=True,
                                                     add_eos=True)}  # [chunk, (tgt_len)]
-        return {**encoded, "links": links[0]} if links else encoded  # links: [chunk]
+        return {**encoded, **dict(zip(extra, values))}  # values: [chunk] each
 
     return (pairs.batch(TOKENIZE_BATCH)
             .map(encode, num_parallel_calls=parallel)
@@ -199,9 +236,9 @@ def _with_gold_alignment(tokenizer: Tokenizer
                           vocabulary(tokenizer.model_proto)])  # bool [vocab]
 
     def add(ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        return {"source_ids": ex["source_ids"], "target_ids": ex["target_ids"],
-                "alignment": gold_alignment(ex["source_ids"], ex["target_ids"], ex["links"],
-                                            starts)}
+        kept = {key: value for key, value in ex.items() if key != "links"}
+        return {**kept, "alignment": gold_alignment(ex["source_ids"], ex["target_ids"],
+                                                    ex["links"], starts)}
 
     return add
 
@@ -236,12 +273,14 @@ def _bucketed(dataset: tf.data.Dataset, bounds: tuple[int, ...], budget: int, mu
             src_len, tgt_len = bounds_t[bucket // n], bounds_t[bucket % n]
             shapes = {"source_ids": tf.reshape(src_len, [1]),
                       "target_ids": tf.reshape(tgt_len, [1]),
-                      "alignment": tf.stack([tgt_len, src_len])}
+                      "alignment": tf.stack([tgt_len, src_len]), "corpus": []}
         else:
-            shapes = {"source_ids": [None], "target_ids": [None], "alignment": [None, None]}
-        padding = {"source_ids": PAD_ID, "target_ids": PAD_ID, "alignment": 0.0}
-        if "alignment" not in dataset.element_spec:
-            del shapes["alignment"], padding["alignment"]
-        return window.padded_batch(sizes_t[bucket], padded_shapes=shapes, padding_values=padding)
+            shapes = {"source_ids": [None], "target_ids": [None], "alignment": [None, None],
+                      "corpus": []}
+        padding = {"source_ids": PAD_ID, "target_ids": PAD_ID, "alignment": 0.0, "corpus": 0}
+        present = dataset.element_spec
+        return window.padded_batch(
+            sizes_t[bucket], padded_shapes={k: v for k, v in shapes.items() if k in present},
+            padding_values={k: v for k, v in padding.items() if k in present})
 
     return dataset.group_by_window(key, batch, window_size_func=lambda bucket: sizes_t[bucket])

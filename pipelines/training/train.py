@@ -14,8 +14,10 @@ runs/NAME/{data,vocab} -> runs/NAME/checkpoints/ckpt-STEP, runs/NAME/logs (Tenso
   starts from its parent's weights, with a fresh optimizer and schedule; the parent is recorded.
   The data order is reseeded with the step, so a resumed run does not replay its first batches.
 * Observability: dev loss and greedy dev BLEU every N steps (`pipelines.training.validation`),
-  TensorBoard scalars, a progress line; a non-finite loss or gradient stops the run naming the
-  step, before any checkpoint of the bad weights is written.
+  TensorBoard scalars, a progress line, the realised mix of several corpora (`data.corpora`:
+  each one's share of the pairs trained on, in TensorBoard and the summary); a non-finite loss
+  or gradient stops the run naming the step, before any checkpoint of the bad weights is
+  written.
 
 Example:
     summary = train(load_config("demo"))
@@ -26,6 +28,7 @@ import math
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from pipelines.training.buckets import bucket_boundaries
@@ -33,6 +36,7 @@ from pipelines.training.best_checkpoints import BestCheckpoints
 from pipelines.training.budget import TrainingClock
 from pipelines.training.checkpoints import CheckpointSaver
 from pipelines.config import PipelineConfig
+from pipelines.corpus.shards import train_corpora
 from pipelines.files import check_writable
 from pipelines.models import run_tokenizer
 from pipelines.training.size_choice import sized_for_budget
@@ -47,7 +51,7 @@ from pipelines.training.interruption import (Preempted, PreemptionSignals, preem
                                              worker_lost)
 from pipelines.training.tensorboard import write_scalars
 from pipelines.training.train_data import DatasetFn, check_batch_tokens, train_dataset_fn
-from pipelines.training.train_report import TrainSummary, Window
+from pipelines.training.train_report import Mix, TrainSummary, Window
 from pipelines.training.trainer import Trainer
 from pipelines.training.validation import Validator
 
@@ -127,6 +131,8 @@ class TrainingRun:
         # The run's own batches take one shape per length bucket (XLA compiles for each).
         self._batch_shapes = None if dataset_fn else len(bucket_boundaries(config.data.max_length))
         self.trainer.compile(self.dataset.element_spec)
+        corpora = train_corpora(self.paths.data) if "corpus" in self.dataset.element_spec else []
+        self.mix = Mix([c.name for c in corpora], [c.weight for c in corpora]) if corpora else None
         chief = is_chief(self.strategy)
         self.validator = Validator(config, self.trainer.model, tokenizer) if chief else None
         stopping = self.settings.early_stopping
@@ -188,6 +194,10 @@ class TrainingRun:
             self._log_compilations(batches)
             step_loss, tokens, finite = self.trainer.train_step(batches)
             step_loss, tokens = float(step_loss), float(tokens)
+            if self.mix:
+                self.mix.add(np.concatenate([
+                    local.numpy() for batch in batches
+                    for local in self.strategy.experimental_local_results(batch["corpus"])]))
             if not self._applied(step, step_loss, bool(finite)):
                 continue
             seconds = time.monotonic() - step_started
@@ -245,7 +255,8 @@ class TrainingRun:
             learning_rate_scale=self.recipe.learning_rate_scale, init_from=self.init_from,
             skipped_updates=self.skipped_updates, loss_scale=self.trainer.loss_scale(),
             model_size=self.size_choice.size if self.size_choice else None,
-            model_size_reason=self.size_choice.reason if self.size_choice else None)
+            model_size_reason=self.size_choice.reason if self.size_choice else None,
+            corpus_mix=self.mix.shares() if self.mix else ())
 
     def _signal_flags(self) -> list[bool]:
         """For each worker (`workers` order), whether a preemption signal reached it: this
@@ -345,8 +356,9 @@ class TrainingRun:
         loss, rate = window.mean_loss(), window.tokens_per_second()
         learning_rate = self.trainer.learning_rate()
         if logging:
+            mix = {f"mix/{name}": share for name, _, share in self.mix.shares()} if self.mix else {}
             write_scalars(self.writer, step, {"train/loss": loss,
                                               "train/learning_rate": learning_rate,
-                                              "train/tokens_per_second": rate})
+                                              "train/tokens_per_second": rate, **mix})
         self.progress.update(step, {"loss": f"{loss:.4f}", "tok/s": f"{rate:,.0f}",
                                     "lr": f"{learning_rate:.2e}"}, log=logging)

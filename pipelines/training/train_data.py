@@ -1,5 +1,6 @@
 """The train stage's input: the run's train shards as endless shuffled batches, sharded per
-worker (with their gold word alignments for guided-alignment training), and the token budget
+worker (with their gold word alignments for guided-alignment training), the corpora of
+`data.corpora` mixed by their weights (pipelines/training/data.py), and the token budget
 checked against the replicas that split it.
 
 Example:
@@ -13,7 +14,7 @@ from typing import Callable
 import tensorflow as tf
 
 from pipelines import InputError
-from pipelines.corpus.shards import train_alignments
+from pipelines.corpus.shards import train_alignments, train_corpora
 from pipelines.training.buckets import batch_tokens_problem
 from pipelines.config import PipelineConfig
 from pipelines.training.data import any_pair_fits, make_dataset
@@ -36,10 +37,12 @@ def check_batch_tokens(config: PipelineConfig, replicas: int) -> None:
 
 
 def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
-    """The run's train split as endless shuffled batches, sharded per worker; an InputError
-    if no pair fits data.max_length (the batches would never come)."""
+    """The run's train split as endless shuffled batches, sharded per worker, its corpora
+    mixed by their weights (with "corpus" in the batches when there are several); an
+    InputError if no pair fits data.max_length (the batches would never come)."""
     paths, data, train = RunPaths(config.run_path), config.data, config.train
     shards = paths.train_shards()
+    corpora = train_corpora(paths.data)
     if not any_pair_fits(shards, paths.spm_model, data.max_length):
         raise InputError(f"{paths.train_manifest}: no train pair fits data.max_length "
                          f"({data.max_length} tokens a side, BOS and EOS included)")
@@ -52,6 +55,9 @@ def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
         return make_dataset(shards, paths.spm_model, batch_tokens=train.batch_tokens,
                             max_length=data.max_length, shuffle_buffer=train.shuffle_buffer,
                             seed=seed, repeat=True, input_context=context,
-                            one_bucket_per_batch=train.jit_compile, alignments=alignments)
+                            one_bucket_per_batch=train.jit_compile, alignments=alignments,
+                            corpora=[index for index, corpus in enumerate(corpora)
+                                     for _ in corpus.pairs],
+                            weights=[corpus.weight for corpus in corpora])
 
     return dataset_fn

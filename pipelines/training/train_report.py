@@ -1,16 +1,23 @@
-"""What the train stage reports: the summary of a run (`TrainSummary`) and the throughput and
-mean loss of a window of updates (`Window`).
+"""What the train stage reports: the summary of a run (`TrainSummary`), the throughput and
+mean loss of a window of updates (`Window`) and the realised mix of the corpora (`Mix`).
 
 Example:
     >>> window = Window()
     >>> window.add(loss=4.2, tokens=4096, seconds=0.5)
     >>> window.tokens_per_second()
     8192.0
+    >>> mix = Mix(["europarl", "bt"], [3.0, 1.0])
+    >>> mix.add(np.array([0, 0, 1, 0]))
+    >>> mix.shares()
+    (('europarl', 0.75, 0.75), ('bt', 0.25, 0.25))
 """
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Sequence
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +50,9 @@ class TrainSummary:
     loss_scale: float | None = None  # mixed_float16's dynamic loss scale at the end
     model_size: str | None = None  # the size `model.preset: auto` chose (LAYERSxD_MODEL)
     model_size_reason: str | None = None
+    # With several corpora: (name, weight's share, share of the pairs trained on) each, as
+    # this worker read them (`Mix.shares`).
+    corpus_mix: tuple[tuple[str, float, float], ...] = ()
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -68,12 +78,15 @@ class TrainSummary:
                          f"{self.learning_rate_scale:.3f}")
         if self.stop_reason:
             lines.append(f"  stopped   {self.stop_reason}")
+        if self.corpus_mix:
+            lines.append("  corpora   " + ", ".join(
+                f"{name} {share:.1%} (weight {weight:.1%})"
+                for name, weight, share in self.corpus_mix) + " of the pairs trained on")
         if self.loss_scale is not None:
             lines.append(f"  float16   loss scale {self.loss_scale:g}; {self.skipped_updates:,} "
                          f"update(s) skipped where the gradients overflowed")
         lines.append(f"  saved     {self.checkpoint}")
         return "\n".join(lines)
-
 
 
 class Window:
@@ -98,3 +111,22 @@ class Window:
     def tokens_per_second(self) -> float:
         """Real target tokens per second of training (validation and saving left out)."""
         return self.tokens / max(self.seconds, 1e-9)
+
+
+class Mix:
+    """The realised mix of the corpora: the pairs of each trained on, against its weight."""
+
+    def __init__(self, names: Sequence[str], weights: Sequence[float]) -> None:
+        self.names = list(names)
+        self.weights = np.array(weights, float) / sum(weights)
+        self.pairs = np.zeros(len(self.names), np.int64)
+
+    def add(self, corpus: np.ndarray) -> None:
+        """Counts the pairs of a batch by their corpus index (its "corpus": int [batch])."""
+        self.pairs += np.bincount(corpus, minlength=len(self.names))
+
+    def shares(self) -> tuple[tuple[str, float, float], ...]:
+        """(name, weight's share, share of the pairs counted) of each corpus."""
+        shares = self.pairs / max(int(self.pairs.sum()), 1)
+        return tuple((name, float(weight), float(share))
+                     for name, weight, share in zip(self.names, self.weights, shares))

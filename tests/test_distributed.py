@@ -1,6 +1,8 @@
 """Training across replicas and workers, each run in subprocesses: N replicas and gradient
 accumulation make the one-replica update; a float16 overflow on one replica (one worker) is
-skipped by all; workers whose clocks differ agree on the budget and the checkpoints."""
+skipped by all; workers whose clocks differ agree on the budget and the checkpoints; a pair
+stops together on a preemption signal to one worker, and a lost worker (killed, or stuck) ends
+the other in bounded time naming it."""
 from __future__ import annotations
 
 import json
@@ -115,33 +117,6 @@ def test_two_workers_agree_on_overflow_and_budget_and_finish_with_identical_weig
     assert not list(paths.checkpoints.glob(".*"))  # the non-chief's temporary saves are gone
 
 
-@pytest.mark.slow
-def test_sigterm_to_one_worker_saves_on_both_and_the_pair_resumes_there(tmp_path: Path) -> None:
-    """SIGTERM reaches worker 1 as update 7 starts, and again while it saves: both workers end
-    update 7, the chief saves checkpoint 7, each exits 75 with one line; restarted, the pair
-    resumes at step 7 and ends with identical weights."""
-    config = make_tiny_run(tmp_path)
-    outs = [tmp_path / f"worker{index}.npz" for index in range(2)]
-    processes = _start_workers(config, outs, {1: ["--signal-at", "7", "--signal-in-save"]})
-    outputs = _finish(processes)
-    checkpoint = tmp_path / "run" / "checkpoints" / "ckpt-7"
-    resume = f"restart every worker with the same command to resume from {checkpoint}"
-    assert [(process.returncode, err) for process, (_, err) in zip(processes, outputs)] == [
-        (75, f"keras-transformer train: preempted (a signal to worker-1) at step 7: {resume}\n"),
-        (75, f"keras-transformer train: preempted (SIGTERM to this worker) at step 7: "
-             f"{resume}\n")]
-    paths = RunPaths(tmp_path / "run")
-    assert [checkpoint_step(path) for path in training_checkpoints(paths)] == [7]
-    assert not any(out.exists() for out in outs)
-
-    outputs = _finish(_start_workers(config, outs))
-    assert f"resumed from {checkpoint} at step 7" in outputs[0][0]  # the chief's progress
-    for out, err in outputs:
-        assert "to step 20 (resumed at step 7, MultiWorkerMirroredStrategy" in out, out + err
-    _assert_identical(outs)
-
-
-
 def _pause_worker_1(config: Path, outs: list[Path], workers: list[str]) -> list[subprocess.Popen]:
     """The pair with worker 1 stopping (alive, asleep) before update 13, after checkpoint 10;
     returns once it has stopped."""
@@ -154,22 +129,36 @@ def _pause_worker_1(config: Path, outs: list[Path], workers: list[str]) -> list[
 
 
 @pytest.mark.slow
-def test_a_killed_worker_ends_the_other_naming_it_and_the_pair_resumes(tmp_path: Path) -> None:
-    """Worker 1 is SIGKILLed before update 13: worker 0, waiting in that update's collective,
-    exits 69 within the bound naming it (its heartbeats stopped); the restarted pair resumes
-    from checkpoint 10 and ends with identical weights."""
+def test_a_pair_survives_a_preemption_and_a_killed_worker(tmp_path: Path) -> None:
+    """1. SIGTERM reaches worker 1 as update 7 starts, and again while it saves: both end
+    update 7, the chief saves checkpoint 7, each exits 75 with one line. 2. Restarted, the
+    pair resumes at 7; worker 1 is SIGKILLed before update 13: worker 0, waiting in that
+    update's collective, exits 69 within the bound naming it (its heartbeats stopped).
+    3. Restarted, the pair resumes from checkpoint 10 and ends with identical weights."""
     config = make_tiny_run(tmp_path, train={"worker_timeout_minutes": 1.0})
     outs = [tmp_path / f"worker{index}.npz" for index in range(2)]
+    processes = _start_workers(config, outs, {1: ["--signal-at", "7", "--signal-in-save"]})
+    outputs = _finish(processes)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    resume = f"restart every worker with the same command to resume from {checkpoints}/ckpt-7"
+    assert [(process.returncode, err) for process, (_, err) in zip(processes, outputs)] == [
+        (75, f"keras-transformer train: preempted (a signal to worker-1) at step 7: {resume}\n"),
+        (75, f"keras-transformer train: preempted (SIGTERM to this worker) at step 7: "
+             f"{resume}\n")]
+    paths = RunPaths(tmp_path / "run")
+    assert [checkpoint_step(path) for path in training_checkpoints(paths)] == [7]
+    assert not any(out.exists() for out in outs)
+
     workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
     chief, worker = _pause_worker_1(config, outs, workers)
     worker.send_signal(signal.SIGKILL)
     killed = time.monotonic()
-    (_, err), _ = _finish([chief, worker], timeout=90)
+    (out, err), _ = _finish([chief, worker], timeout=90)
     assert time.monotonic() - killed < 60
-    checkpoint = tmp_path / "run" / "checkpoints" / "ckpt-10"
+    assert f"resumed from {checkpoints}/ckpt-7 at step 7" in out  # the chief's progress
     assert (chief.returncode, err) == (69, (
         f"keras-transformer train: worker-1 ({workers[1]}) stopped (no heartbeat) after step "
-        f"12: restart every worker to resume from {checkpoint}\n"))
+        f"12: restart every worker to resume from {checkpoints}/ckpt-10\n"))
 
     outputs = _finish(_start_workers(config, outs))
     for out, err in outputs:

@@ -195,9 +195,9 @@ def main() -> None:
     synthetic = corpus_scores(read_lines(back_translations),
                               read_lines(corpus / "mono-reference.en"))
     reverse_scores = json.loads(reverse_paths.scores("test").read_text())
-    summary = json.loads(reverse_paths.train_summary.read_text())
     flags = " ".join(flag for flag in ISA_FLAGS if flag in cpu_flags())
-    print(f"\nmachine: {machine()}; {flags}; dtype {summary['dtype']}")
+    print(f"\nmachine: {machine()}; {flags}; dtype "
+          f"{load_config(reverse).model.resolved_dtype()[0]}")
     print(f"every model {SIZE}, {args.steps:,} updates; fr-en test BLEU "
           f"{reverse_scores['bleu']:.2f} (chrF {reverse_scores['chrf']:.2f}); its sampled "
           f"back-translations of {len(mono):,} lines against their real English: BLEU "

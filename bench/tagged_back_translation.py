@@ -3,7 +3,7 @@ chrF with no back-translation, with untagged back-translated pairs and with tagg
 (`<bt>`, Caswell et al., 2019), all on the demo's dev and test splits.
 
     .venv/bin/python bench/tagged_back_translation.py [--steps 1200] [--mono-lines N]
-        [--work runs/tagged-bt]
+        [--train-seed N] [--work runs/tagged-bt]
 
 The demo's train pairs (`bible:en-fr` prepared as pipelines/configs/demo.yaml does: its held-out
 chapters are the dev and test splits, which every run here shares as they are) are split in two
@@ -29,7 +29,9 @@ bootstrap (1,000 resamples of the test sentences: the test set's noise only, not
 seed's). Every step goes through the CLI (`keras-transformer prepare | train | average | export
 | translate | evaluate`); a step whose output exists is skipped, so the script resumes where it
 stopped, keeping the wall times of the steps done (work/times.json). It prints Markdown tables
-of the scores and of each step's wall time.
+of the scores and of each step's wall time. `--train-seed N` trains the three English -> French
+runs again with train.seed N (runs NAME-seedN, the reverse model and its back-translations
+reused): the training seed's noise.
 """
 from __future__ import annotations
 
@@ -104,9 +106,11 @@ def files(source: Path, target: Path) -> dict[str, str]:
     return {"src": str(source.resolve()), "tgt": str(target.resolve())}
 
 
-def write_config(work: Path, name: str, data: dict, steps: int | None) -> Path:
+def write_config(work: Path, name: str, data: dict, steps: int | None,
+                 seed: int | None = None) -> Path:
     """work/NAME.yaml: the demo's config on `data` (its vocabulary and cleaning keys kept);
-    with `steps`, the SIZE model on the demo's recipe compressed to them."""
+    with `steps`, the SIZE model on the demo's recipe compressed to them (with `seed`, trained
+    with that train.seed instead of the demo's)."""
     demo = yaml.safe_load((BUILTIN_CONFIGS / "demo.yaml").read_text())
     shared = {key: value for key, value in demo["data"].items() if key != "source"}
     config = {**demo, "name": name, "run_dir": str(work / name), "data": {**shared, **data}}
@@ -114,7 +118,8 @@ def write_config(work: Path, name: str, data: dict, steps: int | None) -> Path:
         recipe = Recipe.compress(load_config("demo").train, steps)
         config["model"] = {**demo["model"], "preset": "small", **SIZE_LADDER[SIZE]}
         config["train"] = {**demo["train"], "steps": steps, "max_minutes": 0,
-                           **{field: getattr(recipe, field) for field in RECIPE_FIELDS}}
+                           **{field: getattr(recipe, field) for field in RECIPE_FIELDS},
+                           **({"seed": seed} if seed is not None else {})}
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -148,8 +153,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1200,
                         help="updates of every model (the demo's recipe compressed to them)")
     parser.add_argument("--mono-lines", type=int, help="monolingual lines (default: half B)")
+    parser.add_argument("--train-seed", type=int,
+                        help="train the en-fr runs with this train.seed (runs RUN-seedN) "
+                        "instead of the demo's, to see the training seed's noise")
     parser.add_argument("--work", type=Path, default=Path("runs/tagged-bt"))
     args = parser.parse_args()
+    names = {run: run if args.train_seed is None else f"{run}-seed{args.train_seed}"
+             for run in RUNS}
     work, corpus = args.work.resolve(), args.work.resolve() / "corpus"
     work.mkdir(parents=True, exist_ok=True)
     steps = Steps(work / "times.json")
@@ -179,16 +189,18 @@ def main() -> None:
                           "--sampling-topk", "0", "--seed", str(SAMPLING_SEED),
                           "--output", str(back_translations), "--progress"))
 
-    for run in RUNS:
-        config = write_config(work, run, forward_data(corpus, demo_data, run), args.steps)
-        paths = RunPaths(work / run)
-        steps.run(f"{run}: prepare, train, average", paths.averaged_index.is_file(),
+    for run, name in names.items():
+        config = write_config(work, name, forward_data(corpus, demo_data, run), args.steps,
+                              args.train_seed)
+        paths = RunPaths(work / name)
+        steps.run(f"{name}: prepare, train, average", paths.averaged_index.is_file(),
                   lambda: train_run(config))
-        steps.run(f"{run}: evaluate", paths.scores("test").is_file(),
+        steps.run(f"{name}: evaluate", paths.scores("test").is_file(),
                   lambda: cli("evaluate", str(config), "--split", "test"))
 
-    references = read_lines(RunPaths(work / "none").split("test")[1])
-    hypotheses = {run: read_lines(RunPaths(work / run).hypotheses("test")) for run in RUNS}
+    references = read_lines(RunPaths(work / names["none"]).split("test")[1])
+    hypotheses = {run: read_lines(RunPaths(work / name).hypotheses("test"))
+                  for run, name in names.items()}
     against_none = bootstrap([(run, hypotheses[run]) for run in RUNS], references)
     tagged_against_untagged = bootstrap([(run, hypotheses[run]) for run in RUNS[1:]],
                                         references)["tagged"][2]
@@ -204,14 +216,14 @@ def main() -> None:
           f"{synthetic['bleu']:.2f}, chrF {synthetic['chrf']:.2f}")
     print("\n| en-fr run | train pairs | test BLEU (95% CI) | p vs none | chrF |\n"
           "|---|---|---|---|---|")
-    for run in RUNS:
+    for run, name in names.items():
         counts = " + ".join(f"{sum(c.pairs):,}{' BT' if c.name == 'bt' else ''}"
                             f"{f' tagged {c.tag}' if c.tag else ''}"
-                            for c in train_corpora(RunPaths(work / run).data))
+                            for c in train_corpora(RunPaths(work / name).data))
         bleu, ci, p_value = against_none[run]
-        chrf = json.loads(RunPaths(work / run).scores("test").read_text())["chrf"]
+        chrf = json.loads(RunPaths(work / name).scores("test").read_text())["chrf"]
         p_text = "-" if p_value is None else f"{p_value:.3f}"
-        print(f"| {run} | {counts} | {bleu:.2f} (± {ci:.2f}) | {p_text} | {chrf:.2f} |")
+        print(f"| {name} | {counts} | {bleu:.2f} (± {ci:.2f}) | {p_text} | {chrf:.2f} |")
     print(f"\ntagged vs untagged: p = {tagged_against_untagged:.3f} (paired bootstrap)")
     print("\n| step | wall time |\n|---|---|")
     for name, seconds in steps.seconds.items():

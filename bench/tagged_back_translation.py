@@ -31,7 +31,8 @@ seed's). Every step goes through the CLI (`keras-transformer prepare | train | a
 stopped, keeping the wall times of the steps done (work/times.json). It prints Markdown tables
 of the scores and of each step's wall time. `--train-seed N` trains the three English -> French
 runs again with train.seed N (runs NAME-seedN, the reverse model and its back-translations
-reused): the training seed's noise.
+reused): the training seed's noise. Results: docs/scoring-and-sampling.md,
+"Tagged back-translation, measured".
 """
 from __future__ import annotations
 

@@ -70,7 +70,8 @@ def test_an_incomplete_checkpoint_is_named_and_resuming_skips_it(trained, tmp_pa
                      paths.checkpoints / "ckpt-20").startswith(f"{index}: unreadable")
     paths.checkpoint_index.write_text("garbage {{{\n")  # train rewrites it (tests/test_train.py)
     assert cli_error(capfd, "average", config) == (
-        f"{paths.checkpoint_index}: unreadable (line 1: garbage {{{{{{); `keras-transformer "
+        f"{paths.checkpoint_index}: unreadable (line 1: Message type "
+        f'"tensorflow.CheckpointState" has no field named "garbage".); `keras-transformer '
         f"train` rewrites it from the checkpoints beside it")
 
 

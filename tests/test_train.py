@@ -191,7 +191,8 @@ def test_a_broken_checkpoint_index_resumes_from_the_newest_complete_checkpoint(
     assert train_to(config, 9) == 0
     out, err = cli_output(capfd, caplog)
     assert out[1] == (f"rewrote the unreadable checkpoint index {paths.checkpoint_index} "
-                      f"(line 1: garbage {{{{{{)")
+                      f'(line 1: Message type "tensorflow.CheckpointState" has no field named '
+                      f'"garbage".)')
     assert out[2].startswith(f"resumed from {paths.checkpoints / 'ckpt-6'} at step 6 (")
     assert (err, listed()) == ([], [3, 6, 9])
 

@@ -11,7 +11,6 @@ Example:
 """
 from __future__ import annotations
 
-import codecs
 import contextlib
 import errno
 import math
@@ -23,18 +22,15 @@ from typing import Iterator
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
 
 from pipelines import InputError
-from pipelines.files import write_lines_atomic
+from pipelines.files import atomic_open
 from pipelines.paths import CHECKPOINT_NAME, RunPaths
 
 # What a full disk or an unwritable directory makes TensorFlow's file writes fail with.
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
-# The index checkpoints/checkpoint: a CheckpointState protocol buffer in text, a field a line.
-INDEX_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-INDEX_TIME = re.compile(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?")
-INDEX_PATHS = ("model_checkpoint_path", "all_model_checkpoint_paths")
-INDEX_TIMES = ("all_model_checkpoint_timestamps", "last_preserved_timestamp")
 
 
 def training_checkpoints(paths: RunPaths) -> list[str]:
@@ -105,36 +101,22 @@ def newest_readable_checkpoint(paths: RunPaths,
 
 def _read_index(paths: RunPaths) -> tuple[list[str], str | None]:
     """(the checkpoints the index lists, oldest first, the latest last; why it cannot be read,
-    or None): read here, not by tf.train.get_checkpoint_state, which logs TensorFlow's
-    warnings of an unreadable index. No index lists nothing."""
+    or None): parsed here with protobuf's text format, not by tf.train.get_checkpoint_state,
+    which logs TensorFlow's warnings of an unreadable index. No index lists nothing."""
     try:
         text = paths.checkpoint_index.read_text(encoding="utf-8")
     except FileNotFoundError:
         return [], None
     except UnicodeDecodeError:
         return [], "not text"
-    names: dict[str, list[str]] = {field: [] for field in INDEX_PATHS}
-    for number, line in enumerate(text.splitlines(), 1):
-        field, _, value = (part.strip() for part in line.partition(":"))
-        if not line.strip() or (field in INDEX_TIMES and INDEX_TIME.fullmatch(value)):
-            continue
-        name = _unquoted(value) if field in INDEX_PATHS else None
-        if name is None:
-            return [], f"line {number}: {line.strip()[:60]}"
-        names[field].append(name)
-    latest, kept = names["model_checkpoint_path"], names["all_model_checkpoint_paths"]
-    if not latest:
+    try:
+        state = text_format.Parse(text, CheckpointState())
+    except text_format.ParseError as error:
+        return [], f"line {error.GetLine()}: {str(error).partition(' : ')[2]}"
+    if not state.model_checkpoint_path:
         return [], "no model_checkpoint_path"
-    return [str(paths.checkpoints / name) for name in kept or latest], None
-
-
-def _unquoted(text: str) -> str | None:
-    """The string a quoted value of the index holds (protobuf's C escapes of UTF-8 bytes
-    undone), None if it is not one."""
-    if INDEX_STRING.fullmatch(text):
-        with contextlib.suppress(ValueError):  # a bad escape, bytes that are not UTF-8
-            return codecs.escape_decode(text[1:-1].encode("utf-8"))[0].decode("utf-8")
-    return None
+    kept = state.all_model_checkpoint_paths or [state.model_checkpoint_path]
+    return [str(paths.checkpoints / name) for name in kept], None
 
 
 def _write_index(paths: RunPaths, prefixes: list[str]) -> None:
@@ -142,12 +124,12 @@ def _write_index(paths: RunPaths, prefixes: list[str]) -> None:
     tf.train.CheckpointManager writes it: names relative to it, and the times they were saved,
     which it needs to keep track of them."""
     saved = [Path(f"{prefix}.index").stat().st_mtime for prefix in prefixes]
-    names = [Path(prefix).name for prefix in prefixes]  # ckpt-STEP: nothing to escape
-    write_lines_atomic(paths.checkpoint_index, [
-        f'model_checkpoint_path: "{names[-1]}"',
-        *(f'all_model_checkpoint_paths: "{name}"' for name in names),
-        *(f"all_model_checkpoint_timestamps: {time!r}" for time in saved),
-        f"last_preserved_timestamp: {min(saved) - 1!r}"])
+    names = [Path(prefix).name for prefix in prefixes]
+    state = CheckpointState(model_checkpoint_path=names[-1], all_model_checkpoint_paths=names,
+                            all_model_checkpoint_timestamps=saved,
+                            last_preserved_timestamp=min(saved) - 1)
+    with atomic_open(paths.checkpoint_index, "w") as file:
+        file.write(text_format.MessageToString(state))
 
 
 def checkpoint_problem(prefix: str | Path) -> str | None:

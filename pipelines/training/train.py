@@ -103,6 +103,7 @@ class TrainingRun:
             check_writable(directory)
         keras.utils.set_random_seed(self.settings.seed)
         self.strategy = strategy or make_strategy(self.settings.worker_timeout_minutes)
+        self.workers = workers(self.strategy)  # TYPE-ID -> address, the order of any_worker flags
         check_batch_tokens(config, self.strategy.num_replicas_in_sync)
         self.clock = TrainingClock(self.settings)
         config, self.size_choice = sized_for_budget(config, tokenizer.vocab_size, self.strategy,
@@ -162,7 +163,7 @@ class TrainingRun:
         except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
             if not is_multi_worker(self.strategy):
                 raise
-            raise worker_lost(error, workers(self.strategy), task_id(self.strategy),
+            raise worker_lost(error, self.workers, task_id(self.strategy),
                               self.step, self.saver.latest,
                               self.settings.worker_timeout_minutes) from None
         finally:
@@ -194,12 +195,12 @@ class TrainingRun:
             self._log_compilations(batches)
             step_loss, tokens, finite = self.trainer.train_step(batches)
             step_loss, tokens = float(step_loss), float(tokens)
-            if self.mix:
+            if not self._applied(step, step_loss, bool(finite)):
+                continue
+            if self.mix:  # the pairs of applied updates only
                 self.mix.add(np.concatenate([
                     local.numpy() for batch in batches
                     for local in self.strategy.experimental_local_results(batch["corpus"])]))
-            if not self._applied(step, step_loss, bool(finite)):
-                continue
             seconds = time.monotonic() - step_started
             window.add(step_loss, tokens, seconds)
             step = self.step = self.trainer.step
@@ -262,13 +263,12 @@ class TrainingRun:
         """For each worker (`workers` order), whether a preemption signal reached it: this
         worker's own flag in its place (any_worker agrees them)."""
         here = task_id(self.strategy)
-        return [name == here and self.signals.received is not None
-                for name in workers(self.strategy)]
+        return [name == here and self.signals.received is not None for name in self.workers]
 
     def _preempted(self, step: int, signalled: list[bool]) -> Preempted:
         """The exception that ends every worker once the checkpoint of `step` is saved."""
         self.writer.flush()
-        names = [name for name, flag in zip(workers(self.strategy), signalled) if flag]
+        names = [name for name, flag in zip(self.workers, signalled) if flag]
         return Preempted(preempted_line(names, self.signals.received, step, self.saver.latest,
                                         is_multi_worker(self.strategy)))
 

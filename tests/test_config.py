@@ -103,6 +103,19 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
      "needs a train split"),
     ("data:\n  corpora:\n    - {name: a, source: bible:en-fr, max_pairs: 0}\n", 4,
      "data.corpora[0].max_pairs", "must be at least 1, got 0"),
+    ("data:\n  corpora:\n    - {name: a, source: bible:en-fr}\n"
+     "    - {name: b, source: bible:en-de}\n    - {name: c, source: files, train: {tsv: t}}\n",
+     6, "data.corpora[2].tgt_lang",
+     "the corpora translate into several languages (fr, de): give corpus c's target language"),
+    ("data:\n  corpora:\n    - {name: a, source: bible:en-fr}\n"
+     "    - {name: b, source: files, train: {tsv: t}, tgt_lang: German}\n", 5,
+     "data.corpora[1].tgt_lang", "a language is a code such as fr, de or pt-BR, got 'German'"),
+    ("data:\n  corpora:\n    - {name: a, source: bible:en-fr}\n"
+     "    - {name: b, source: bible:en-de}\n  dev_test: b\n", 6, "data.dev_test",
+     "each one's dev and test come from its first corpus in data.corpora"),
+    ("data:\n  corpora:\n    - {name: a, source: bible:en-fr}\n    - {name: b, source: bible:en-de}\n"
+     "    - {name: c, source: files, train: {tsv: t}, dev: {tsv: d}, tgt_lang: fr}\n", 6,
+     "data.corpora[2].dev", "only the first corpus of each target language (a, b) gives the dev"),
     ("data:\n  src_lang: en\n  corpora:\n    - {name: a, source: bible:en-fr}\n", 3,
      "data.src_lang", "with data.corpora, give it in the corpus it belongs to"),
     ("data: [1, 2]\n", 2, "data", "expected a mapping"),

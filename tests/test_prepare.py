@@ -286,3 +286,47 @@ def test_a_tag_in_a_corpus_text_exits_2_and_writes_nothing(tmp_path, capsys, key
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_corpora_into_two_languages_make_a_multilingual_run(tmp_path, capsys):
+    """Each source after its target-language token (a user symbol: one id), in train and in
+    each language's dev and test, held out from the first corpus of that language."""
+    from keras_transformer.languages import target_languages
+    from keras_transformer.tokenizer import Tokenizer, user_symbols, vocabulary
+    import tensorflow as tf
+
+    german = ("".join(f"the {w} number {i} is here\n" for i in range(80)
+                      for w in ("bird", "fish")).encode(),
+              "".join(f"der {w} Nummer {i} ist hier\n" for i in range(80)
+                      for w in ("Vogel", "Fisch")).encode())
+    config = write_corpora(tmp_path, {"fr": (SRC, TGT, ", tgt_lang: fr"),
+                                      "de": (*german, ", tgt_lang: de, tag: <web>")})
+    assert main(["prepare", str(config)]) == 0
+    assert "train 240  dev 40  test 40" in capsys.readouterr().out
+    data = tmp_path / "runs" / "mixed" / "data"
+    assert {line.split(" ")[0] for line in read_lines(data / "train-fr-00000-of-00001.src")} \
+        == {"<2fr>"}
+    assert {line.split(" ", 2)[:2] == ["<2de>", "<web>"]
+            for line in read_lines(data / "train-de-00000-of-00001.src")} == {True}
+    for split in ("dev", "test"):
+        sources, targets = (read_lines(data / f"{split}.{side}") for side in ("src", "tgt"))
+        assert [line.split(" ")[0] for line in sources] == ["<2fr>"] * 20 + ["<2de>"] * 20
+        assert all(t.startswith("le ") for t in targets[:20])
+        assert all(t.startswith("der ") for t in targets[20:])
+    model = (tmp_path / "runs" / "mixed" / "vocab" / "spm.model").read_bytes()
+    assert target_languages(user_symbols(model)) == ("fr", "de")
+    ids = Tokenizer(model).tokenize(tf.constant(["<2de> the bird"])).to_list()[0]
+    pieces = [piece for piece, _ in vocabulary(model)]
+    assert [pieces[i] for i in ids][:2] == ["▁", "<2de>"]
+
+
+def test_a_language_token_in_a_corpus_text_exits_2_and_writes_nothing(tmp_path, capsys):
+    german = tuple(text.replace(b"the ", b"a ") for text in numbered_corpus(40))
+    config = write_corpora(tmp_path, {"fr": (SRC + b"ask <2de> here\n", TGT + b"demande ici\n",
+                                             ", tgt_lang: fr"),
+                                      "de": (*german, ", tgt_lang: de")})
+    assert main(["prepare", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "data.corpora[1].tgt_lang: <2de> occurs in the text of corpus fr" in err
+    assert not (tmp_path / "runs").exists()

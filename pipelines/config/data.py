@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 from typing import Literal
 
+from keras_transformer.languages import language_problem
 from pipelines.corpus.shards import DEFAULT_CORPUS, MAX_SHARDS, corpus_name_problem
 from pipelines.corpus.source_spec import check_source_spec
 from pipelines.corpus.tags import tag_problem
@@ -51,7 +52,9 @@ class CorpusConfig:
     builder's supervised keys) or `files` (`train`, optional `dev`/`test`). `weight` is its
     share of the training pairs relative to the other corpora's; `tag` (e.g. `<bt>`,
     pipelines/corpus/tags.py) is prepended to the source side of its train pairs; `max_pairs`
-    keeps a uniform sample of that many of its train pairs.
+    keeps a uniform sample of that many of its train pairs. `src_lang`/`tgt_lang` name the
+    languages of a `files` corpus: needed when the corpora translate into several languages
+    (one model, a target-language token on each source: keras_transformer/languages.py).
     """
 
     name: str
@@ -89,6 +92,16 @@ class CorpusConfig:
         if self.max_pairs is not None and self.max_pairs < 1:
             raise FieldError("max_pairs", f"must be at least 1, got {self.max_pairs!r}")
 
+    @property
+    def languages(self) -> tuple[str | None, str | None]:
+        """(source, target) languages: those of `bible:SRC-TGT`, else `src_lang`/`tgt_lang`
+        (None where not given)."""
+        kind, _, pair = self.source.partition(":")
+        if kind == "bible":
+            src, _, tgt = pair.partition("-")
+            return src, tgt
+        return self.src_lang, self.tgt_lang
+
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
@@ -99,6 +112,9 @@ class DataConfig:
     `CorpusConfig`); several are `corpora`, a list of `CorpusConfig` mappings, of which the one
     named `dev_test` (default the first) gives the dev and test splits. A split that corpus
     lacks is held out from its train pairs: `holdout` pairs (whole chapters for the Bible).
+    Corpora with several target languages make a multilingual model: each source is read
+    after its target-language token (`target_language`), and the first corpus of each target
+    language gives that language's dev and test pairs (`dev_test_corpora`).
     """
 
     source: str | None = None
@@ -147,8 +163,33 @@ class DataConfig:
                              self.train, self.dev, self.test),)
 
     def dev_test_corpus(self) -> str:
-        """The name of the corpus that gives the dev and test splits."""
+        """The name of the corpus that gives the dev and test splits (the first corpus's of
+        each target language in a multilingual run: `dev_test_corpora`)."""
         return self.dev_test or self.corpus_configs()[0].name
+
+    def target_languages(self) -> tuple[str, ...]:
+        """The distinct target languages of the corpora, in corpus order: several for a
+        multilingual model."""
+        return tuple(dict.fromkeys(corpus.languages[1] for corpus in self.corpus_configs()
+                                   if corpus.languages[1]))
+
+    def multilingual(self) -> bool:
+        """Whether the corpora translate into several languages (one model for them all)."""
+        return len(self.target_languages()) > 1
+
+    def target_language(self, corpus: CorpusConfig) -> str | None:
+        """The target-language token's language for `corpus`'s sources, None when bilingual."""
+        return corpus.languages[1] if self.multilingual() else None
+
+    def dev_test_corpora(self) -> tuple[str, ...]:
+        """The corpora that give dev and test pairs: `dev_test_corpus`, or in a multilingual
+        run the first corpus of each target language (their pairs, each after its token)."""
+        if not self.multilingual():
+            return (self.dev_test_corpus(),)
+        first = {}
+        for corpus in self.corpus_configs():
+            first.setdefault(corpus.languages[1], corpus.name)
+        return tuple(first.values())
 
     def _check_corpora(self) -> None:
         """One corpus (`source`, checked as a `CorpusConfig`) or several (`corpora`), not both;
@@ -176,9 +217,35 @@ class DataConfig:
         if self.dev_test is not None and self.dev_test not in names:
             raise FieldError("dev_test", f"must name one of data.corpora ({', '.join(names)}), "
                                          f"got {self.dev_test!r}")
+        self._check_languages()
+        givers = self.dev_test_corpora()
         for index, corpus in enumerate(self.corpora):
             for key in ("dev", "test"):
-                if getattr(corpus, key) is not None and corpus.name != self.dev_test_corpus():
+                if getattr(corpus, key) is not None and corpus.name not in givers:
                     raise FieldError(f"corpora[{index}].{key}",
                                      f"only the corpus data.dev_test names "
-                                     f"({self.dev_test_corpus()}) gives the {key} split")
+                                     f"({self.dev_test_corpus()}) gives the {key} split"
+                                     if len(givers) == 1 else
+                                     f"only the first corpus of each target language "
+                                     f"({', '.join(givers)}) gives the {key} split")
+
+    def _check_languages(self) -> None:
+        """In a multilingual run: every corpus's target language known and a language code
+        (it becomes a token), and no `dev_test` (each target language's first corpus gives
+        its dev and test)."""
+        if not self.multilingual():
+            return
+        languages = ", ".join(self.target_languages())
+        for index, corpus in enumerate(self.corpora):
+            target = corpus.languages[1]
+            if target is None:
+                raise FieldError(f"corpora[{index}].tgt_lang",
+                                 f"the corpora translate into several languages ({languages}): "
+                                 f"give corpus {corpus.name}'s target language")
+            problem = language_problem(target)
+            if problem:
+                raise FieldError(f"corpora[{index}].tgt_lang", problem)
+        if self.dev_test is not None:
+            raise FieldError("dev_test", f"the corpora translate into several languages "
+                                         f"({languages}): each one's dev and test come from its "
+                                         f"first corpus in data.corpora; order them instead")

@@ -4,8 +4,8 @@ The split files hold raw (untokenized) UTF-8 text, one sentence a line; the trai
 shard files listed by data/train.json (pipelines/corpus/shards.py), each corpus of
 `data.corpora` in its own shards. The corpora stream through `pipelines.corpus.splitting` in two
 passes with bounded memory; the shared SentencePiece vocabulary is learned from a uniform
-sample of at most `data.vocab_max_sentences` train sentences per side, the corpus tags its
-user symbols (a fine-tuning run, `train.init_from`, copies its parent's instead, which must
+sample of at most `data.vocab_max_sentences` train sentences per side, the target-language
+tokens of a multilingual run and the corpus tags its user symbols (a fine-tuning run, `train.init_from`, copies its parent's instead, which must
 hold the tags), and the summary's token statistics are estimated from a sample of 100,000
 train pairs (`pipelines.corpus.splitting.STATS_SAMPLE`). With `data.alignments` the train pairs' word
 alignments are written beside their shards (`pipelines.corpus.alignments`).
@@ -25,6 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
+from keras_transformer.languages import language_token, target_languages
 from keras_transformer.tokenizer import (Tokenizer, model_type, train_sentencepiece,
                                          user_symbols, vocabulary)
 from pipelines import InputError
@@ -155,17 +156,22 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         duplicates=tuple(splits.duplicates))
 
 
-def _tags(data: DataConfig) -> list[str]:
-    """The corpus tags, each once, in corpus order."""
-    return list(dict.fromkeys(corpus.tag for corpus in data.corpus_configs() if corpus.tag))
+def _user_symbols(data: DataConfig) -> list[str]:
+    """The pieces the vocabulary keeps whole: the target-language tokens of a multilingual run,
+    then the corpus tags, each once, in corpus order."""
+    languages = [language_token(language) for language in data.target_languages()
+                 if data.multilingual()]
+    return languages + list(dict.fromkeys(corpus.tag for corpus in data.corpus_configs()
+                                          if corpus.tag))
 
 
 def _check_parent_tags(data: DataConfig, spm_model: Path) -> None:
-    """Refuses a corpus tag that the parent's vocabulary, which a fine-tuning run copies,
-    would split (not one of its user symbols).
+    """Refuses a corpus tag or a target-language token that the parent's vocabulary, which a
+    fine-tuning run copies, would split (not one of its user symbols).
 
     Raises:
-        InputError: `data.corpora[I].tag: ...`, before any work.
+        InputError: `data.corpora[I].tag: ...` or `data.corpora[I].tgt_lang: ...`, before any
+            work.
     """
     known = user_symbols(spm_model.read_bytes())
     for index, corpus in enumerate(data.corpus_configs()):
@@ -174,6 +180,13 @@ def _check_parent_tags(data: DataConfig, spm_model: Path) -> None:
                 f"data.corpora[{index}].tag: {corpus.tag} is not a piece of the parent's "
                 f"vocabulary {spm_model} (train.init_from), which would split it; tag the corpus "
                 f"with one of the parent's tags ({', '.join(known) or 'it has none'})")
+        language = data.target_language(corpus)
+        if language and language_token(language) not in known:
+            languages = ", ".join(target_languages(known)) or "it is bilingual"
+            raise InputError(
+                f"data.corpora[{index}].tgt_lang: {language} is not a target language of the "
+                f"parent {spm_model} (train.init_from: {languages}), whose vocabulary has no "
+                f"{language_token(language)} token")
 
 
 def _learn_vocabulary(splits: Splits, data: DataConfig, progress: PassProgress) -> bytes:
@@ -185,7 +198,7 @@ def _learn_vocabulary(splits: Splits, data: DataConfig, progress: PassProgress) 
                                model_type=data.vocab_type,
                                character_coverage=data.character_coverage,
                                max_sentences=2 * data.vocab_max_sentences, seed=data.seed,
-                               user_symbols=_tags(data))
+                               user_symbols=_user_symbols(data))
 
 
 def _measure(splits: Splits, model: Path, config: PipelineConfig

@@ -5,17 +5,18 @@ of each (8 bytes a pair, about 290 MB at 36M pairs, sorted once between the pass
 
 Pass 1 reads each corpus's pool in turn (`DataConfig.corpus_configs` order), drops pairs with
 an empty side or a character length ratio over `max_length_ratio`, records each remaining
-pair's digest (a hash of seed and pair) and, from the corpus that gives dev and test
-(`DataConfig.dev_test_corpus`), keeps the pairs its source assigns to dev / test, or else the
-`holdout` pairs of smallest digest per missing split; it refuses a corpus text that holds a
-corpus tag. Sorting the digests then finds each pair's first occurrence across all corpora (the
+pair's digest (a hash of seed and pair) and, from each corpus that gives dev and test
+(`DataConfig.dev_test_corpora`: one, or the first of each target language in a multilingual
+run), keeps the pairs its source assigns to dev / test, or else the `holdout` pairs of
+smallest digest per missing split; it refuses a corpus text that holds a corpus tag or a
+target-language token. Sorting the digests then finds each pair's first occurrence across all corpora (the
 others are duplicates: a pair of several corpora is kept in the first), and a corpus's
 `max_pairs` keeps its train pairs of smallest digest (a uniform sample). Pass 2 reads the pools
 again and writes each corpus's train pairs round-robin into its shard files (the source after
-its tag: `pipelines.corpus.tags.tagged`), and uniform samples of all train pairs for the
+its target-language token and its tag: `source_line`), and uniform samples of all train pairs for the
 vocabulary and for the statistics; held-out pairs with a side that occurs in train are
-dropped, and dev / test are written last. Splits the source gives (its dev / test) are written
-as they are.
+dropped, and dev / test are written last, corpus after corpus (each source after its
+target-language token). Splits the source gives (its dev / test) are written as they are.
 
 Example:
     >>> splits = write_splits(open_sources(config.data), config.data, Path("runs/demo/data"))
@@ -33,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from keras_transformer.languages import language_token, with_language
 from pipelines import CorpusError
 from pipelines.corpus.shards import CorpusShards, shard_count, shard_stems
 from pipelines.corpus.sources import Pair, Source
@@ -74,11 +76,13 @@ class Splits:
 
 @dataclasses.dataclass
 class _Held:
-    """A pool pair kept for dev or test: its index among the filtered pairs, and the pair."""
+    """A pool pair kept for dev or test: its index among the filtered pairs, the pair and its
+    corpus."""
 
     index: int
     split: str
     pair: Pair
+    corpus: int  # its corpus's number in `DataConfig.corpus_configs`
 
 
 def rejection(src: str, tgt: str, max_ratio: float) -> str | None:
@@ -109,13 +113,16 @@ def write_splits(sources: Sequence[Source], data: DataConfig, out_dir: Path,
             train pair left (found in pass 1, before anything is written).
     """
     corpora = data.corpus_configs()
-    main = [corpus.name for corpus in corpora].index(data.dev_test_corpus())
+    names = [corpus.name for corpus in corpora]
+    givers = [names.index(name) for name in data.dev_test_corpora()]
     dropped: collections.Counter[str] = collections.Counter()
     for source in sources:
         dropped.update(source.dropped)
-    missing = [name for name in ("dev", "test") if name not in sources[main].given]
-    digests, held, starts = _first_pass(sources, corpora, main, data, missing, dropped, report)
-    given = {name: sum(1 for _ in read()) for name, read in sources[main].given.items()}
+    missing = {number: [name for name in ("dev", "test") if name not in sources[number].given]
+               for number in givers}
+    digests, held, starts = _first_pass(sources, corpora, missing, data, dropped, report)
+    given = {(number, name): sum(1 for _ in read()) for number in givers
+             for name, read in sources[number].given.items()}
     keep = _first_occurrences(digests)  # then only the train pairs
     ranges = list(zip(starts, starts[1:]))
     duplicates = [int(end - start - keep[start:end].sum()) for start, end in ranges]
@@ -147,28 +154,45 @@ def write_splits(sources: Sequence[Source], data: DataConfig, out_dir: Path,
     stems = shard_stems([(corpus.name, count) for corpus, count in zip(corpora, shards)])
     with second.samples():
         written = [CorpusShards(corpus.name, corpus.weight, corpus.tag,
-                                second.write(source, corpus.tag, range(*pool), count, names))
+                                second.write(source, source_line(data, corpus), range(*pool),
+                                             count, names))
                    for corpus, source, pool, count, names
                    in zip(corpora, sources, ranges, counts, stems)]
     pairs = {"train": train_pairs}
     for name in ("dev", "test"):
-        if name in sources[main].given:
-            pairs[name] = _write_pairs(out_dir, name, sources[main].given[name]())
-            if pairs[name] != given[name]:
-                raise CorpusError(f"{sources[main].where}: the {name} split changed while it "
-                                  f"was read")
-            continue
-        kept = [h.pair for h in sorted(held, key=lambda h: h.index) if h.split == name
-                and h.pair[0] not in second.shared[0] and h.pair[1] not in second.shared[1]]
-        overlap = sum(h.split == name for h in held) - len(kept)
-        if overlap:
-            dropped[f"{name} pair sharing a side with train"] += overlap
-        pairs[name] = _write_pairs(out_dir, name, kept)
+        lines: list[Pair] = []
+        for number in givers:
+            line = source_line(data, corpora[number], tagged_as_train=False)
+            if name in sources[number].given:
+                kept = list(sources[number].given[name]())
+                if len(kept) != given[number, name]:
+                    raise CorpusError(f"{sources[number].where}: the {name} split changed "
+                                      f"while it was read")
+            else:
+                candidates = [h for h in sorted(held, key=lambda h: h.index)
+                              if h.split == name and h.corpus == number]
+                kept = [h.pair for h in candidates if h.pair[0] not in second.shared[0]
+                        and h.pair[1] not in second.shared[1]]
+                if len(candidates) > len(kept):
+                    dropped[f"{name} pair sharing a side with train"] += (len(candidates)
+                                                                          - len(kept))
+            lines += [(line(src), tgt) for src, tgt in kept]
+        pairs[name] = _write_pairs(out_dir, name, lines)
     return Splits(pairs=pairs, dropped={k: n for k, n in sorted(dropped.items()) if n},
                   corpora=written, duplicates=duplicates,
                   vocab_sample=(out_dir / "vocab_sample.src", out_dir / "vocab_sample.tgt"),
                   stats_sample=(out_dir / "stats_sample.src", out_dir / "stats_sample.tgt"),
                   stats_pairs=int(np.count_nonzero(marks & STATS)))
+
+
+def source_line(data: DataConfig, corpus: CorpusConfig, tagged_as_train: bool = True
+                ) -> Callable[[str], str]:
+    """How a source sentence of `corpus` is written into the split files: after its
+    target-language token in a multilingual run (`keras_transformer.languages.with_language`),
+    and in train after its corpus tag (`pipelines.corpus.tags.tagged`): `<2fr> <bt> Hello.`"""
+    language = data.target_language(corpus)
+    tag = corpus.tag if tagged_as_train else None
+    return lambda source: with_language(tagged(source, tag), language)
 
 
 def _filtered(source: Source, data: DataConfig, dropped: collections.Counter[str] | None,
@@ -185,50 +209,65 @@ def _filtered(source: Source, data: DataConfig, dropped: collections.Counter[str
             dropped[reason] += 1
 
 
-def _first_pass(sources: Sequence[Source], corpora: Sequence[CorpusConfig], main: int,
-                data: DataConfig, missing: list[str], dropped: collections.Counter[str],
-                report: Report) -> tuple[array, list[_Held], list[int]]:
+def _first_pass(sources: Sequence[Source], corpora: Sequence[CorpusConfig],
+                missing: dict[int, list[str]], data: DataConfig,
+                dropped: collections.Counter[str], report: Report
+                ) -> tuple[array, list[_Held], list[int]]:
     """Digests of the filtered pool pairs of every corpus, the pairs held out for dev and test
-    from corpus `main`: those its source assigns, or the `holdout` smallest distinct digests
-    for each missing split; and where each corpus's pairs start (and the last ends).
+    from each corpus of `missing` (corpus number -> the splits its source does not give):
+    those its source assigns, or the `holdout` smallest distinct digests for each missing
+    split; and where each corpus's pairs start (and the last ends).
 
     Raises:
-        CorpusError: a corpus tag in the text of a pair.
+        CorpusError: a corpus tag or a target-language token in the text of a pair.
     """
     digests = array("Q")
-    assigned: list[_Held] = []
-    capacity = data.holdout * len(missing)
-    smallest: list[tuple[int, int, Pair]] = []  # a max-heap of (-digest, index, pair)
-    in_heap: set[int] = set()
-    tags = {corpus.tag: number for number, corpus in reversed(list(enumerate(corpora)))
-            if corpus.tag}  # tag -> the first corpus it tags
+    held: list[_Held] = []
+    reserved = _reserved_pieces(data)
     starts = []
     for number, (source, corpus) in enumerate(zip(sources, corpora)):
         starts.append(len(digests))
+        giving = number in missing
+        capacity = data.holdout * len(missing.get(number, ()))
+        smallest: list[tuple[int, int, Pair]] = []  # a max-heap of (-digest, index, pair)
+        in_heap: set[int] = set()
         for src, tgt, split in _filtered(source, data, dropped, "reading", report):
             index = len(digests)
             digest = pair_digest(src, tgt, data.seed)
             digests.append(digest)
-            for tag, tagger in tags.items():
-                if tag in src or tag in tgt:
+            for piece, key in reserved.items():
+                if piece in src or piece in tgt:
                     raise CorpusError(
-                        f"data.corpora[{tagger}].tag: {tag} occurs in the text of corpus "
-                        f"{corpus.name} ({source.where}: {(src if tag in src else tgt)[:80]!r}), "
-                        f"which the vocabulary would read as the tag; choose another tag")
-            if number != main:
+                        f"{key}: {piece} occurs in the text of corpus {corpus.name} "
+                        f"({source.where}: {(src if piece in src else tgt)[:80]!r}), which the "
+                        f"vocabulary would read as that token; choose another")
+            if not giving:
                 continue
             if split in ("dev", "test"):
-                assigned.append(_Held(index, split, (src, tgt)))
+                held.append(_Held(index, split, (src, tgt), number))
             elif split is None and capacity and digest not in in_heap and (
                     len(smallest) < capacity or digest < -smallest[0][0]):
                 if len(smallest) == capacity:
                     in_heap.discard(-heapq.heappop(smallest)[0])
                 heapq.heappush(smallest, (-digest, index, (src, tgt)))
                 in_heap.add(digest)
-    ranked = sorted(smallest, reverse=True)  # ascending digests
-    held = [_Held(index, missing[rank // data.holdout], pair)
-            for rank, (_, index, pair) in enumerate(ranked)]
-    return digests, assigned + held, starts + [len(digests)]
+        ranked = sorted(smallest, reverse=True)  # ascending digests
+        held += [_Held(index, missing[number][rank // data.holdout], pair, number)
+                 for rank, (_, index, pair) in enumerate(ranked)]
+    return digests, held, starts + [len(digests)]
+
+
+def _reserved_pieces(data: DataConfig) -> dict[str, str]:
+    """The pieces no corpus text may hold, each with the config key that reserves it: the
+    corpus tags and, in a multilingual run, the target-language tokens."""
+    reserved = {}
+    for number, corpus in enumerate(data.corpus_configs()):
+        if corpus.tag:
+            reserved.setdefault(corpus.tag, f"data.corpora[{number}].tag")
+        language = data.target_language(corpus)
+        if language:
+            reserved.setdefault(language_token(language), f"data.corpora[{number}].tgt_lang")
+    return reserved
 
 
 def _first_occurrences(digests: array) -> np.ndarray:
@@ -291,10 +330,11 @@ class _SecondPass:
             if self.position != len(self.marks):
                 raise CorpusError("a corpus changed while it was read")
 
-    def write(self, source: Source, tag: str | None, pool: range, count: int,
+    def write(self, source: Source, line: Callable[[str], str], pool: range, count: int,
               stems: list[str]) -> tuple[int, ...]:
         """Writes the `count` train pairs of a corpus, whose pool pairs are those of indices
-        `pool`, into shards `stems`; returns each shard's pairs."""
+        `pool`, into shards `stems`, each source as `line` makes it (`source_line`); returns
+        each shard's pairs."""
         shards = len(stems)
         with contextlib.ExitStack() as stack:
             outputs = [tuple(stack.enter_context(self._open(f"{stem}.{side}"))
@@ -309,14 +349,14 @@ class _SecondPass:
                 for text, held, shared in zip((src, tgt), self.held, self.shared):
                     if text in held:
                         shared.add(text)
-                line = tagged(src, tag)
+                written_src = line(src)
                 src_file, tgt_file = outputs[written % shards]
-                src_file.write(line + "\n")
+                src_file.write(written_src + "\n")
                 tgt_file.write(tgt + "\n")
                 mark = self.marks[self.position]
                 for bit, (sample_src, sample_tgt) in ((VOCAB, self.vocab), (STATS, self.stats)):
                     if mark & bit:
-                        sample_src.write(line + "\n")
+                        sample_src.write(written_src + "\n")
                         sample_tgt.write(tgt + "\n")
                 written += 1
                 self.position += 1

@@ -87,6 +87,12 @@ class Steps:
         self.seconds[name] = time.monotonic() - started
         self.path.write_text(json.dumps(self.seconds, indent=1))
 
+    def table(self) -> str:
+        """A Markdown table of each step's wall time and their total."""
+        rows = [f"| {name} | {seconds / 60:.1f} min |" for name, seconds in self.seconds.items()]
+        return "\n".join(["\n| step | wall time |\n|---|---|", *rows,
+                          f"| total | {sum(self.seconds.values()) / 60:.1f} min |"])
+
 
 def split_halves(demo_data: Path, corpus: Path, mono_lines: int | None) -> None:
     """corpus/parallel.{en,fr} (half A), corpus/mono.fr (half B's French, its first
@@ -108,15 +114,16 @@ def files(source: Path, target: Path) -> dict[str, str]:
 
 
 def write_config(work: Path, name: str, data: dict, steps: int | None,
-                 seed: int | None = None) -> Path:
-    """work/NAME.yaml: the demo's config on `data` (its vocabulary and cleaning keys kept);
-    with `steps`, the SIZE model on the demo's recipe compressed to them (with `seed`, trained
-    with that train.seed instead of the demo's)."""
-    demo = yaml.safe_load((BUILTIN_CONFIGS / "demo.yaml").read_text())
-    shared = {key: value for key, value in demo["data"].items() if key != "source"}
+                 seed: int | None = None, base: str = "demo") -> Path:
+    """work/NAME.yaml: the builtin config `base` on `data` (its vocabulary and cleaning keys
+    kept); with `steps`, the SIZE model on its recipe compressed to them (with `seed`, trained
+    with that train.seed instead of its own)."""
+    demo = yaml.safe_load((BUILTIN_CONFIGS / f"{base}.yaml").read_text())
+    shared = {key: value for key, value in demo["data"].items()
+              if key not in ("source", "corpora")}
     config = {**demo, "name": name, "run_dir": str(work / name), "data": {**shared, **data}}
     if steps:
-        recipe = Recipe.compress(load_config("demo").train, steps)
+        recipe = Recipe.compress(load_config(base).train, steps)
         config["model"] = {**demo["model"], "preset": "small", **SIZE_LADDER[SIZE]}
         config["train"] = {**demo["train"], "steps": steps, "max_minutes": 0,
                            **{field: getattr(recipe, field) for field in RECIPE_FIELDS},
@@ -226,10 +233,7 @@ def main() -> None:
         p_text = "-" if p_value is None else f"{p_value:.3f}"
         print(f"| {name} | {counts} | {bleu:.2f} (± {ci:.2f}) | {p_text} | {chrf:.2f} |")
     print(f"\ntagged vs untagged: p = {tagged_against_untagged:.3f} (paired bootstrap)")
-    print("\n| step | wall time |\n|---|---|")
-    for name, seconds in steps.seconds.items():
-        print(f"| {name} | {seconds / 60:.1f} min |")
-    print(f"| total | {sum(steps.seconds.values()) / 60:.1f} min |")
+    print(steps.table())
 
 
 if __name__ == "__main__":

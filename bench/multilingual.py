@@ -81,9 +81,10 @@ def main() -> None:
     print(f"| bilingual (one per pair) | {args.steps:,} each | " + " | ".join(
         f"{scores[pair]['bleu']:.2f} / {scores[pair]['chrf']:.2f}" for pair in pairs) + " |")
     for multiple in MULTIPLES:
-        by_pair = scores[f"multilingual-x{multiple}"]["pairs"]
+        into = scores[f"multilingual-x{multiple}"]["languages"]
         print(f"| multilingual | {args.steps * multiple:,} | " + " | ".join(
-            f"{by_pair[pair]['bleu']:.2f} / {by_pair[pair]['chrf']:.2f}" for pair in pairs)
+            f"{into[language]['bleu']:.2f} / {into[language]['chrf']:.2f}"
+            for language in LANGUAGES)
             + " |")
     print(steps.table())
 

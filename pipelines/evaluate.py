@@ -1,6 +1,6 @@
 """Evaluate: beam search on a split, then sacrebleu BLEU and chrF of the detokenized output
 against the raw references (eval/SPLIT.hyp and eval/SPLIT.json); for a multilingual model, of
-each language pair's lines too (a source's target-language token tells its pair).
+the lines into each target language too (told by each source's target-language token).
 
 Example:
     >>> evaluate(load_config("demo"), split="test").format()  # BLEU and chrF of eval/test.hyp
@@ -40,19 +40,19 @@ class EvaluationReport:
     seconds: float
     hypotheses: str
     references: str
-    # A multilingual model's scores per language pair ("en-fr", or the target language alone
-    # where the corpus does not name its source's): sentences, bleu, chrf.
-    pairs: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    # A multilingual model's scores per target language: sentences, bleu, chrf.
+    languages: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
     def format(self) -> str:
-        width = max(map(len, self.pairs), default=0)
+        width = max(map(len, self.languages), default=0)
         return "\n".join([
             f"evaluated {self.split} ({self.sentences:,} sentences, beam {self.beam_size}, "
             f"alpha {self.alpha}) in {self.seconds:.0f} s with {self.checkpoint}",
             f"  BLEU  {self.bleu:.2f}  {self.bleu_signature}",
             f"  chrF  {self.chrf:.2f}  {self.chrf_signature}",
-            *(f"  {pair:<{width}}  BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
-              f"({scores['sentences']:,} sentences)" for pair, scores in self.pairs.items()),
+            *(f"  into {language:<{width}}  BLEU {scores['bleu']:.2f}  chrF "
+              f"{scores['chrf']:.2f}  ({scores['sentences']:,} sentences)"
+              for language, scores in self.languages.items()),
             f"  hypotheses {self.hypotheses}",
         ])
 
@@ -97,39 +97,28 @@ def evaluate(config: PipelineConfig, checkpoint: str | None = None,
         **corpus_scores(hypotheses, references), beam_size=settings.beam_size,
         alpha=settings.alpha, stop=settings.stop, seconds=seconds, hypotheses=str(hypotheses_path),
         references=str(reference_path),
-        pairs=pair_scores(sources, hypotheses, references, _pair_names(config)))
+        languages=language_scores(sources, hypotheses, references))
     with atomic_open(paths.scores(split), "w") as file:
         json.dump(dataclasses.asdict(report), file, indent=2)
         file.write("\n")
     return report
 
 
-def pair_scores(sources: list[str], hypotheses: list[str], references: list[str],
-                names: dict[str, str]) -> dict[str, dict[str, float]]:
-    """The BLEU and chrF of each language pair's lines, the pair of a line told by its source's
-    target-language token (`keras_transformer.languages`) and named by `names` (target
-    language -> pair name); {} when no source has a token (a bilingual model)."""
+def language_scores(sources: list[str], hypotheses: list[str], references: list[str]
+                    ) -> dict[str, dict[str, float]]:
+    """Target language -> the sentences, BLEU and chrF of the lines into it, a line's language
+    told by its source's target-language token (`keras_transformer.languages`); {} when no
+    source has a token (a bilingual model)."""
     lines: dict[str, list[int]] = {}
     for number, source in enumerate(sources):
         language = language_of_token(source.split(" ", 1)[0])
         if language:
             lines.setdefault(language, []).append(number)
-    return {names.get(language, language): {
+    return {language: {
         "sentences": len(numbers),
         **{key: value for key, value in corpus_scores(
             [hypotheses[i] for i in numbers], [references[i] for i in numbers]).items()
            if key in ("bleu", "chrf")}} for language, numbers in lines.items()}
-
-
-def _pair_names(config: PipelineConfig) -> dict[str, str]:
-    """Target language -> its pair's name, `SRC-TGT` from the first corpus into it (the one
-    giving its dev and test) where that names its source language."""
-    names: dict[str, str] = {}
-    for corpus in config.data.corpus_configs():
-        source, target = corpus.languages
-        if target and target not in names:
-            names[target] = f"{source}-{target}" if source else target
-    return names
 
 
 def _split_lines(path: Path) -> list[str]:

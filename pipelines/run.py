@@ -56,14 +56,9 @@ def _train(config: PipelineConfig) -> str:
     from pipelines.training.train import NothingToTrain, train
 
     try:
-        summary = train(config)
+        return train(config).format()
     except NothingToTrain as notice:  # the stage is done: the later ones read its checkpoints
         return str(notice)
-    path = RunPaths(config.run_path).train_summary
-    if summary.step > summary.start_step or not path.exists():  # a run with nothing to do
-        with atomic_open(path, "w") as file:  # keeps the summary of the run that trained
-            json.dump(dataclasses.asdict(summary), file, indent=2, default=str)
-    return summary.format()
 
 
 def _average(config: PipelineConfig) -> str:

@@ -4,6 +4,7 @@ tests/test_distributed.py."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import subprocess
 import sys
@@ -64,6 +65,8 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path, capsys) -
     assert f"trained {run_dir} to step 40 (resumed at step {killed_at}" in out
     assert "dev BLEU" in out
     assert checkpoint_step(training_checkpoints(RunPaths(run_dir))[-1]) == 40
+    summary = json.loads(RunPaths(run_dir).train_summary.read_text())  # `train` alone writes it
+    assert (summary["start_step"], summary["step"]) == (killed_at, 40)
     tags = {value.tag for path in (run_dir / "logs").glob("events.out.tfevents.*")
             for event in tf.compat.v1.train.summary_iterator(str(path))
             for value in event.summary.value}

@@ -24,6 +24,8 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import time
 
@@ -37,7 +39,7 @@ from pipelines.training.budget import TrainingClock
 from pipelines.training.checkpoints import CheckpointSaver
 from pipelines.config import PipelineConfig
 from pipelines.corpus.shards import train_corpora
-from pipelines.files import check_writable
+from pipelines.files import atomic_open, check_writable
 from pipelines.models import run_tokenizer
 from pipelines.training.size_choice import sized_for_budget
 from pipelines.training.parent import start_from_parent
@@ -85,8 +87,17 @@ def train(config: PipelineConfig, *, strategy: tf.distribute.Strategy | None = N
         OSError: the run directory cannot be written, or a checkpoint cannot (a full disk).
         TrainingDiverged: a non-finite loss or gradient.
         NothingToTrain: the run's latest checkpoint is beyond `train.steps`.
+
+    The chief writes the summary to logs/train_summary.json (`run`'s report reads it) when this
+    invocation trained, or when there is none yet.
     """
-    return TrainingRun(config, strategy=strategy, dataset_fn=dataset_fn).run()
+    run = TrainingRun(config, strategy=strategy, dataset_fn=dataset_fn)
+    summary = run.run()
+    path = run.paths.train_summary
+    if is_chief(run.strategy) and (summary.step > summary.start_step or not path.exists()):
+        with atomic_open(path, "w") as file:  # keeps the summary of the run that trained
+            json.dump(dataclasses.asdict(summary), file, indent=2, default=str)
+    return summary
 
 
 class TrainingRun:

@@ -255,6 +255,8 @@ def report(config: PipelineConfig, examples: int = 3) -> str:
             lines.append(f"  {split:<9} BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
                          f"(beam {scores['beam_size']}, {scores['sentences']:,} sentences, "
                          f"{scores['seconds']:.0f} s)")
+            lines += [f"    into {language}  BLEU {into['bleu']:.2f}  chrF {into['chrf']:.2f}"
+                      for language, into in scores.get("languages", {}).items()]
     if paths.train_summary.exists():
         summary = json.loads(paths.train_summary.read_text())
         ended = {"budget": f", ended by its {summary.get('budget_minutes') or 0:g}-minute "

@@ -330,3 +330,32 @@ def test_a_language_token_in_a_corpus_text_exits_2_and_writes_nothing(tmp_path, 
     assert err.count("\n") == 1
     assert "data.corpora[1].tgt_lang: <2de> occurs in the text of corpus fr" in err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("symbols, message", [
+    (("<2fr>", "<2de>", "<bt>"), None),
+    (("<2fr>", "<2de>"), "data.corpora[1].tag: <bt> is not a piece of the parent's vocabulary"),
+    (("<2fr>", "<bt>"), "data.corpora[1].tgt_lang: de is not a target language of the parent "
+                        "{model} (train.init_from: fr), whose vocabulary has no <2de> token"),
+])
+def test_a_fine_tuning_run_needs_its_tags_and_languages_in_the_parents_vocabulary(
+        tmp_path, symbols, message):
+    from keras_transformer.tokenizer import train_sentencepiece
+    from pipelines import InputError
+    from pipelines.config import CorpusConfig, DataConfig, SplitFiles
+    from pipelines.corpus.prepare import check_parent_symbols
+
+    (tmp_path / "text").write_bytes(SRC + TGT)
+    model = tmp_path / "spm.model"
+    model.write_bytes(train_sentencepiece([tmp_path / "text"], vocab_size=300,
+                                          user_symbols=symbols))
+    data = DataConfig(corpora=(
+        CorpusConfig("fr", "bible:en-fr"),
+        CorpusConfig("de", "files", train=SplitFiles(tsv=Path("de.tsv")), tgt_lang="de",
+                     tag="<bt>")))
+    if message is None:
+        check_parent_symbols(data, model)
+        return
+    with pytest.raises(InputError) as raised:
+        check_parent_symbols(data, model)
+    assert message.format(model=model) in str(raised.value)

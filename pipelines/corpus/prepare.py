@@ -122,7 +122,7 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
     paths = RunPaths(config.run_path)
     parent = find_parent(config)
     if parent:
-        _check_parent_tags(data, parent.spm_model)
+        check_parent_symbols(data, parent.spm_model)
     _remove_staging(paths.data)
     sources = open_sources(data)
     staging = paths.data / f"{STAGING_PREFIX}{os.getpid()}"
@@ -165,7 +165,7 @@ def _user_symbols(data: DataConfig) -> list[str]:
                                           if corpus.tag))
 
 
-def _check_parent_tags(data: DataConfig, spm_model: Path) -> None:
+def check_parent_symbols(data: DataConfig, spm_model: Path) -> None:
     """Refuses a corpus tag or a target-language token that the parent's vocabulary, which a
     fine-tuning run copies, would split (not one of its user symbols).
 

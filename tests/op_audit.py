@@ -1,5 +1,10 @@
 """The op audit of a SavedModel: which ops its graphs use, which of them plain TensorFlow
-(without tensorflow-text) does not register, and which functions XLA must compile."""
+(without tensorflow-text) does not register, which ops or attributes TF Serving's TensorFlow
+(export/serving/tf_2_20_op_registry.json) lacks, and which functions XLA must compile.
+
+`python tests/op_audit.py --dump-registry > FILE` writes the registry of the TensorFlow and
+tensorflow-text installed (how the 2.20 one is checked, and remade for another release).
+"""
 from __future__ import annotations
 
 import json
@@ -12,6 +17,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 import export
 
 TEXT_OPS = Path(export.__file__).with_name("serving") / "tf_serving_text_ops.txt"
+SERVING_REGISTRY = Path(export.__file__).with_name("serving") / "tf_2_20_op_registry.json"
 # Names of the ops plain TensorFlow (without tensorflow-text) does not register.
 NOT_CORE = """
 import json, sys
@@ -43,3 +49,44 @@ def compiled_functions(version_dir: Path) -> list[str]:
     """The graph's functions marked for XLA (`_XlaMustCompile`: tf.function jit_compile)."""
     return [function.signature.name for function in _graph(version_dir).library.function
             if function.attr["_XlaMustCompile"].b]
+
+
+def serving_registry_problems(version_dir: Path, registry: Path = SERVING_REGISTRY) -> list[str]:
+    """The ops, and the attributes of known ops, that a SavedModel's nodes (graph and function
+    library) use and `registry` (the TensorFlow of TF Serving's release) does not register,
+    each once as `op Name (node)` or `Name.attr (node)`: TF Serving's loader refuses a graph
+    with any. Attributes starting with `_` are the runtime's own, never registered."""
+    ops = json.loads(registry.read_text())["ops"]
+    graph = _graph(version_dir)
+    functions = {function.signature.name for function in graph.library.function}
+    nodes = [*graph.node, *(node for function in graph.library.function
+                            for node in function.node_def)]
+    problems: dict[str, None] = {}
+    for node in nodes:
+        if node.op in functions:  # a call of a function of the library
+            continue
+        if node.op not in ops:
+            problems[f"op {node.op} ({node.name})"] = None
+            continue
+        for attr in node.attr:
+            if not attr.startswith("_") and attr not in ops[node.op]:
+                problems[f"{node.op}.{attr} ({node.name})"] = None
+    return list(problems)
+
+
+def dump_registry() -> dict:
+    """The installed TensorFlow's and tensorflow-text's ops, each with its attribute names."""
+    import tensorflow as tf
+    import tensorflow_text
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.client import pywrap_tf_session
+
+    buffer = pywrap_tf_session.TF_GetAllOpList()
+    op_list = op_def_pb2.OpList.FromString(pywrap_tf_session.TF_GetBuffer(buffer))
+    return {"tensorflow": tf.__version__, "tensorflow_text": tensorflow_text.__version__,
+            "ops": {op.name: sorted(attr.name for attr in op.attr)
+                    for op in sorted(op_list.op, key=lambda op: op.name)}}
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--dump-registry"]:
+    json.dump(dump_registry(), sys.stdout, indent=1)

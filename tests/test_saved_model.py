@@ -22,7 +22,7 @@ from export.translator.signatures import (SIGNATURES, checked_inputs, input_spec
 from export.versions import latest_version, publish_version, staging_directory, versions
 from export_helpers import SENTENCES
 from keras_transformer.decoding_settings import DecodingSettings
-from op_audit import compiled_functions, op_audit
+from op_audit import compiled_functions, op_audit, serving_registry_problems
 
 @pytest.fixture(scope="module")
 def loaded(saved_model_dir):
@@ -92,6 +92,7 @@ def test_ops_are_core_tf_or_tf_serving_text_ops(saved_model_dir):
             "While"} <= ops
     assert set(not_core) <= allowed, sorted(set(not_core) - allowed)
     assert "XlaDynamicUpdateSlice" not in ops and not compiled_functions(saved_model_dir)
+    assert serving_registry_problems(saved_model_dir) == []  # TF Serving's TensorFlow loads it
 
 
 def test_warmup_requests_cover_every_signature(saved_model_dir, loaded):

@@ -13,7 +13,7 @@ from export.saved_model import WARMUP_FILE
 from export.serving.client import predict_request
 from export_helpers import SENTENCES
 from keras_transformer.compiled_search import bucket_sources
-from op_audit import compiled_functions, op_audit
+from op_audit import compiled_functions, op_audit, serving_registry_problems
 from test_serving import SessionServer, prefix_request, translate
 
 
@@ -81,6 +81,7 @@ def test_ops_are_core_tf_text_ops_and_one_xla_write(xla_saved_model_dir):
         sorted(set(not_core) - allowed - {"XlaDynamicUpdateSlice"})
     assert "XlaDynamicUpdateSlice" in ops
     assert compiled_functions(xla_saved_model_dir)  # the search, marked for XLA
+    assert serving_registry_problems(xla_saved_model_dir) == []  # TF Serving's TensorFlow
 
 
 def test_warmup_compiles_each_source_width_and_metadata_says_xla(xla_export,

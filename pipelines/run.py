@@ -35,8 +35,9 @@ BLOCK_BYTES, SAMPLED_BLOCKS = 1 << 16, 64
 
 @dataclasses.dataclass(frozen=True)
 class Stage:
-    """One pipeline stage: the config it reads (sections, or `section.field`, less `ignores`),
-    the run files it reads and writes, and the function doing it (returning text to print)."""
+    """One pipeline stage: the config it reads (sections, or `section.field`, less `ignores`:
+    `section.field`, or `section.field[].key` for a key of each item of a list field), the run
+    files it reads and writes, and the function doing it (returning text to print)."""
 
     name: str
     keys: tuple[str, ...]
@@ -133,7 +134,8 @@ def _exported(config: PipelineConfig, paths: RunPaths) -> list[Path]:
 
 
 STAGES = (
-    Stage("prepare", ("data", "train.init_from"), _corpus, _prepared, _prepare),
+    Stage("prepare", ("data", "train.init_from"), _corpus, _prepared, _prepare,
+          ignores=("data.noise", "data.corpora[].noise")),  # training's, not prepare's
     Stage("train", ("data", "model", "train"), _prepared, lambda c, p: [p.checkpoint_index],
           _train, ignores=("train.average_last", "train.average_from")),
     Stage("average", ("model", "train.average_last", "train.average_from",
@@ -152,10 +154,12 @@ STAGES = (
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 # Keys added after runs were first stamped, left out of the fingerprints at these values (what
-# the earlier version did), so that a run stamped before them stays up to date.
+# the earlier version did), so that a run stamped before them stays up to date (`KEY[].FIELD`:
+# a field of each item of the list KEY).
 ADDED_KEYS = {"data.alignments": "none", "data.corpora": (), "data.dev_test": None,
               "train.guided_alignment_weight": 0.0, "model.alignment_heads": None,
-              "train.worker_timeout_minutes": 5.0}
+              "train.worker_timeout_minutes": 5.0, "data.noise": None,
+              "data.corpora[].noise": None}
 
 
 def fingerprint(config: PipelineConfig, stage: Stage) -> str:
@@ -179,6 +183,13 @@ def config_values(config: PipelineConfig, stage: Stage) -> dict[str, Any]:
         else:
             values |= {f"{section}.{name}": item for name, item in value.items()
                        if f"{section}.{name}" not in stage.ignores}
+    for path in (*stage.ignores, *ADDED_KEYS):
+        key, _, field = path.partition("[].")
+        if field and key in values:  # that field of each item: out, or out at its value
+            values[key] = type(values[key])(
+                {name: item for name, item in entry.items() if name != field or (
+                    path not in stage.ignores and item != ADDED_KEYS.get(path, item))}
+                for entry in values[key])
     return {key: value for key, value in values.items()
             if key not in ADDED_KEYS or value != ADDED_KEYS[key]}
 

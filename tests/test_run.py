@@ -16,7 +16,7 @@ import yaml
 from pipelines.cli import main
 import pipelines.run as run_module
 from pipelines.paths import RunPaths
-from pipelines.run import STAGE_NAMES, STAGES, run, stale_reason
+from pipelines.run import STAGE_NAMES, STAGES, config_values, fingerprint, run, stale_reason
 from pipelines.config import (DataConfig, EvaluateConfig, ExportConfig, ModelSection,
                               PipelineConfig, TrainConfig, load_config)
 from pipelines.corpus.shards import train_shards
@@ -263,6 +263,27 @@ print('tensorflow' in sys.modules)
                             check=True).stdout.splitlines()
     assert output[0].startswith("ConfigError") and "data.vocab_sise" in output[0]
     assert output[1:] == [f"missing {tmp_path / 'run' / 'data' / 'train.json'}", "False"]
+
+
+def test_noise_is_trainings_alone_and_earlier_stamps_stay_valid(tmp_path):
+    """Noise (data.noise, data.corpora[i].noise) changes train's fingerprint, never prepare's;
+    without it the fingerprints are those of the version before it (no `noise` value)."""
+    def config(name: str, data: dict) -> PipelineConfig:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"name": "x", "data": data}))
+        return load_config(path)
+
+    prepare, train = STAGES[:2]
+    for key, plain, noisy in (
+            ("data.noise", {"source": "bible:en-fr"},
+             {"source": "bible:en-fr", "noise": {"typos": 0.1}}),
+            ("data.corpora", {"corpora": [{"name": "a", "source": "bible:en-fr"}]},
+             {"corpora": [{"name": "a", "source": "bible:en-fr", "noise": {"typos": 0.1}}]})):
+        before, after = config("plain", plain), config("noisy", noisy)
+        assert fingerprint(before, prepare) == fingerprint(after, prepare)
+        assert fingerprint(before, train) != fingerprint(after, train)
+        assert "noise" not in json.dumps(config_values(before, train))
+        assert "typos" in json.dumps(config_values(after, train)[key])
 
 
 def variant(tiny_config: Path, name: str, edit) -> PipelineConfig:

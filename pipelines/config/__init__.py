@@ -22,7 +22,7 @@ Example:
     >>> config.data.source, config.run_path
     ('bible:en-fr', PosixPath('runs/demo'))
 """
-from pipelines.config.data import CorpusConfig, DataConfig, SplitFiles
+from pipelines.config.data import CorpusConfig, DataConfig, NoiseConfig, SplitFiles
 from pipelines.config.evaluate import EvaluateConfig
 from pipelines.config.export import EXPORT_FORMATS, ExportConfig
 from pipelines.config.loading import (BUILTIN_CONFIGS, builtin_configs, check_corpus_files,
@@ -33,5 +33,6 @@ from pipelines.config.train import EarlyStopping, TrainConfig
 from pipelines.yaml_dataclasses import ConfigError
 
 __all__ = ["BUILTIN_CONFIGS", "EXPORT_FORMATS", "ConfigError", "CorpusConfig", "DataConfig",
-           "EarlyStopping", "EvaluateConfig", "ExportConfig", "ModelSection", "PipelineConfig",
-           "SplitFiles", "TrainConfig", "builtin_configs", "check_corpus_files", "load_config"]
+           "EarlyStopping", "EvaluateConfig", "ExportConfig", "ModelSection", "NoiseConfig",
+           "PipelineConfig", "SplitFiles", "TrainConfig", "builtin_configs", "check_corpus_files",
+           "load_config"]

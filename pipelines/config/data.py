@@ -1,6 +1,6 @@
 """The `data` section (prepare's): the corpus (`data.source`) or corpora (`data.corpora`, each
-with a weight and an optional tag), their cleaning, the shared vocabulary and the length limit,
-checked when the config loads (`FieldError` names the key).
+with a weight, an optional tag and the noise training adds to it), their cleaning, the shared
+vocabulary and the length limit, checked when the config loads (`FieldError` names the key).
 
 Example:
     >>> DataConfig(source="bible:en-fr").vocab_size
@@ -44,6 +44,26 @@ class SplitFiles:
 
 
 @dataclasses.dataclass(frozen=True)
+class NoiseConfig:
+    """Noise on the fly on a corpus's train pairs (`data.corpora[i].noise`, or `data.noise` for
+    `data.source`), applied by pipelines/training/noise.py as training reads them: each key is
+    the probability that a pair gets that noise, drawn for each pair independently (0: never).
+    """
+
+    typos: float = 0.0  # one character edit in a few source words (the target stays clean)
+    uppercase: float = 0.0  # both sides in upper case
+    titlecase: float = 0.0  # each word of both sides starts with a capital
+    remove_end_punctuation: float = 0.0  # the end mark both sides share (. ! ? ...) removed
+    inline_tags: float = 0.0  # a placeholder or an element inserted at matching words of both
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not 0 <= value <= 1:
+                raise FieldError(field.name, f"must be a probability from 0 to 1, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class CorpusConfig:
     """One corpus: an item of `data.corpora`, or the one corpus of `data.source`.
 
@@ -55,6 +75,8 @@ class CorpusConfig:
     keeps a uniform sample of that many of its train pairs. `src_lang`/`tgt_lang` name the
     languages of a `files` corpus: needed when the corpora translate into several languages
     (one model, a target-language token on each source: keras_transformer/languages.py).
+    `noise` (`NoiseConfig`) is what training does to its train pairs as it reads them
+    (prepare never reads it).
     """
 
     name: str
@@ -67,6 +89,7 @@ class CorpusConfig:
     weight: float = 1.0
     tag: str | None = None
     max_pairs: int | None = None
+    noise: NoiseConfig | None = None
 
     def __post_init__(self) -> None:
         problem = corpus_name_problem(self.name)
@@ -139,6 +162,7 @@ class DataConfig:
     # Word alignments of the train pairs written beside the shards (data/*.align) for
     # train.guided_alignment_weight: by eflomal (pipelines/corpus/alignments.py), or none.
     alignments: Literal["none", "eflomal"] = "none"
+    noise: NoiseConfig | None = None  # the noise of `source`'s train pairs (training's)
 
     def __post_init__(self) -> None:
         self._check_corpora()
@@ -161,6 +185,13 @@ class DataConfig:
             return self.corpora
         return (CorpusConfig(DEFAULT_CORPUS, self.source, self.src_lang, self.tgt_lang,
                              self.train, self.dev, self.test),)
+
+    def corpus_noise(self) -> dict[str, NoiseConfig | None]:
+        """Each corpus's noise by its name: `corpora`'s, or `noise` for `source` (training
+        reads it; prepare does not, so changing it never prepares again)."""
+        if self.corpora:
+            return {corpus.name: corpus.noise for corpus in self.corpora}
+        return {DEFAULT_CORPUS: self.noise}
 
     def dev_test_corpus(self) -> str:
         """The name of the corpus that gives the dev and test splits (the first corpus's of
@@ -206,7 +237,7 @@ class DataConfig:
                                              "corpus")
             self.corpus_configs()  # checks the source and its splits
             return
-        for key in ("src_lang", "tgt_lang", "train", "dev", "test"):
+        for key in ("src_lang", "tgt_lang", "train", "dev", "test", "noise"):
             if getattr(self, key) is not None:
                 raise FieldError(key, "with data.corpora, give it in the corpus it belongs to")
         names = [corpus.name for corpus in self.corpora]

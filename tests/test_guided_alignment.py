@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-import yaml
 
 from keras_transformer import alignment
 from keras_transformer.config import ModelConfig
@@ -20,8 +19,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from pipelines.cli import main
 from pipelines.corpus.alignments import grow_diag_final_and
-from pipelines.corpus.shards import shard_stem
-from tiny_run import make_tiny_run
+from tiny_run import aligned_tiny_run
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "alignment_error.py"
 
@@ -63,26 +61,6 @@ def test_grow_diag_final_and_keeps_the_intersection_and_grows_to_unaligned_words
     # (target 0 is aligned).
     assert grow_diag_final_and(forward, reverse) == [(0, 0), (1, 1), (2, 2), (2, 3), (3, 3),
                                                      (5, 4)]
-
-
-def aligned_tiny_run(directory: Path, steps: int = 3) -> Path:
-    """make_tiny_run's run (target: the source reversed, upper case) with each pair's word
-    alignment (source word i - target word n - 1 - i) and guided alignment on."""
-    config = make_tiny_run(directory, train={"steps": steps, "guided_alignment_weight": 1.0,
-                                             "checkpoint_every_steps": steps})
-    data = directory / "run" / "data"
-    stem = shard_stem(0, 1)
-    lines = (data / f"{stem}.src").read_text().splitlines()
-    (data / f"{stem}.align").write_text("".join(
-        " ".join(f"{i}-{len(line.split()) - 1 - i}" for i in range(len(line.split()))) + "\n"
-        for line in lines))
-    manifest = json.loads((data / "train.json").read_text())
-    manifest["shards"][0]["align"] = f"{stem}.align"
-    (data / "train.json").write_text(json.dumps(manifest))
-    text = yaml.safe_load(config.read_text())
-    text["data"]["alignments"] = "eflomal"
-    config.write_text(yaml.safe_dump(text))
-    return config
 
 
 def test_batches_carry_each_target_pieces_links(tmp_path):

@@ -1,11 +1,12 @@
 """Test helpers for the trainer: a tiny prepared run (synthetic corpus, its own small
 SentencePiece model, a config with the `tiny` preset) and synthetic batches of varied shapes.
 
-Shared by tests/test_train.py, tests/test_faults.py, tests/test_average.py and the subprocess
-scripts beside them.
+Shared by tests/test_train.py, tests/test_faults.py, tests/test_average.py,
+tests/test_guided_alignment.py, tests/test_noise.py and the subprocess scripts beside them.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -59,6 +60,28 @@ def make_tiny_run(directory: Path, *, model: dict[str, Any] | None = None,
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def aligned_tiny_run(directory: Path, steps: int = 3) -> Path:
+    """make_tiny_run's run (target: the source reversed, upper case) with each pair's word
+    alignment (source word i - target word n - 1 - i) and guided alignment on."""
+    from pipelines.corpus.shards import shard_stem
+
+    config = make_tiny_run(directory, train={"steps": steps, "guided_alignment_weight": 1.0,
+                                             "checkpoint_every_steps": steps})
+    data = directory / "run" / "data"
+    stem = shard_stem(0, 1)
+    lines = (data / f"{stem}.src").read_text().splitlines()
+    (data / f"{stem}.align").write_text("".join(
+        " ".join(f"{i}-{len(line.split()) - 1 - i}" for i in range(len(line.split()))) + "\n"
+        for line in lines))
+    manifest = json.loads((data / "train.json").read_text())
+    manifest["shards"][0]["align"] = f"{stem}.align"
+    (data / "train.json").write_text(json.dumps(manifest))
+    text = yaml.safe_load(config.read_text())
+    text["data"]["alignments"] = "eflomal"
+    config.write_text(yaml.safe_dump(text))
+    return config
 
 
 def copy_run(source: Path, destination: Path, **model: Any) -> tuple[Path, RunPaths]:

@@ -130,13 +130,20 @@ def train_alignments(data_dir: Path) -> list[Path]:
         InputError: no manifest, or one without alignments (prepared without
             `data.alignments`).
     """
-    path = data_dir / MANIFEST
-    shards = _manifest(data_dir)["shards"]
-    if not all("align" in shard for shard in shards):
-        raise InputError(f"{path}: the train split was prepared without word alignments; "
-                         f"set data.alignments (e.g. eflomal) and run `keras-transformer "
-                         f"prepare` again")
-    return [data_dir / shard["align"] for shard in shards]
+    if not has_alignments(data_dir):
+        raise InputError(f"{data_dir / MANIFEST}: the train split was prepared without word "
+                         f"alignments; set data.alignments (e.g. eflomal) and run "
+                         f"`keras-transformer prepare` again")
+    return [data_dir / shard["align"] for shard in _manifest(data_dir)["shards"]]
+
+
+def has_alignments(data_dir: Path) -> bool:
+    """Whether every train shard has its word-alignment file (`data.alignments`).
+
+    Raises:
+        InputError: no manifest, or one that cannot be read.
+    """
+    return all("align" in shard for shard in _manifest(data_dir)["shards"])
 
 
 def _manifest(data_dir: Path) -> dict:

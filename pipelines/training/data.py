@@ -12,7 +12,10 @@ Shards of several corpora (`corpora`, `weights`: `data.corpora`) are read as one
 corpus, each repeated and sharded per worker on its own (every worker reads its share of every
 corpus), mixed by `tf.data.Dataset.sample_from_datasets` with the corpora's weights, then
 shuffled and length-bucketed as one; each element then has `"corpus": int32 [batch]`, the
-index of the corpus of each pair, from which the trainer counts the realised mix.
+index of the corpus of each pair, from which the trainer counts the realised mix. Each
+corpus's noise (`noise`: typos, casing, end punctuation, inline tags; pipelines/training/
+noise.py) goes into its pairs after the mix and the shuffle, before tokenization, so the length
+filter and the buckets see the noised pairs.
 
 Pairs go to a bucket per side (its length rounded up to a bucket boundary), so a batch holds
 pairs of similar source and of similar target lengths, and each batch has as many pairs as
@@ -39,7 +42,9 @@ import tensorflow as tf
 from export.word_alignment import starts_word
 from keras_transformer.guided_alignment import gold_alignment
 from keras_transformer.tokenizer import PAD_ID, Tokenizer, vocabulary
+from pipelines.config.data import NoiseConfig
 from pipelines.training.buckets import batch_tokens_problem, bucket_boundaries
+from pipelines.training.noise import is_noisy, noised
 
 TOKENIZE_BATCH = 1024
 LENGTHS_BATCH = 4096
@@ -67,7 +72,9 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
                  parallel_calls: int | None = None,
                  alignments: Sequence[str | Path] | None = None,
                  corpora: Sequence[int] | None = None,
-                 weights: Sequence[float] | None = None) -> tf.data.Dataset:
+                 weights: Sequence[float] | None = None,
+                 noise: Sequence[NoiseConfig | None] | None = None,
+                 gold_alignment: bool = True) -> tf.data.Dataset:
     """Batches of token ids from parallel text files, tokenized in the graph.
 
     Args:
@@ -93,6 +100,11 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
         corpora: the corpus index of each shard (0 .. len(weights) - 1), with `weights`.
         weights: each corpus's share of the pairs, relative to the others' (default: one
             corpus). With several, the elements get "corpus".
+        noise: each corpus's noise (`pipelines.training.noise`), drawn from `seed` (needed
+            then) and the input pipeline's id, put into the pairs before tokenization, so
+            that the lengths bucketed are the noised pairs'.
+        gold_alignment: with `alignments`, the "alignment" element; without, the alignments
+            only place the noise's inline tags.
 
     Returns:
         A dataset of `{"source_ids": [batch, src_time], "target_ids": [batch, tgt_time]}`.
@@ -118,10 +130,19 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat and not mixed:  # each corpus repeats on its own, keeping the mix
         dataset = dataset.repeat()
-    extra = ("links",) * (alignments is not None) + ("corpus",) * mixed
+    if is_noisy(noise):
+        if seed is None:
+            raise ValueError("noise needs a seed")
+        dataset = noised(dataset, noise, seed,
+                         input_context.input_pipeline_id if input_context else 0,
+                         links=alignments is not None, corpus=mixed)
+    gold = alignments is not None and gold_alignment
+    if alignments is not None and not gold:
+        dataset = dataset.map(lambda src, tgt, links, *rest: (src, tgt, *rest))
+    extra = ("links",) * gold + ("corpus",) * mixed
     dataset = _tokenized(dataset, tokenizer, parallel, extra)
     dataset = dataset.filter(lambda ex: _longest_side(ex) <= max_length)
-    if alignments is not None:
+    if gold:
         dataset = dataset.map(_with_gold_alignment(tokenizer), num_parallel_calls=parallel)
     dataset = _bucketed(dataset, bounds, budget, multiple, pad_to_bucket_boundary,
                         one_bucket_per_batch)

@@ -1,7 +1,7 @@
 """The train stage's input: the run's train shards as endless shuffled batches, sharded per
 worker (with their gold word alignments for guided-alignment training), the corpora of
-`data.corpora` mixed by their weights (pipelines/training/data.py), and the token budget
-checked against the replicas that split it.
+`data.corpora` mixed by their weights and noised as their config says (pipelines/training/
+data.py, noise.py), and the token budget checked against the replicas that split it.
 
 Example:
     >>> check_batch_tokens(config, replicas=strategy.num_replicas_in_sync)
@@ -9,14 +9,14 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import tensorflow as tf
 
 from pipelines import InputError
-from pipelines.corpus.shards import train_alignments, train_corpora
+from pipelines.corpus.shards import has_alignments, train_alignments, train_corpora
 from pipelines.training.buckets import batch_tokens_problem
-from pipelines.config import PipelineConfig
+from pipelines.config import NoiseConfig, PipelineConfig
 from pipelines.training.data import any_pair_fits, make_dataset
 from pipelines.paths import RunPaths
 
@@ -38,8 +38,9 @@ def check_batch_tokens(config: PipelineConfig, replicas: int) -> None:
 
 def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
     """The run's train split as endless shuffled batches, sharded per worker, its corpora
-    mixed by their weights (with "corpus" in the batches when there are several); an
-    InputError if no pair fits data.max_length (the batches would never come)."""
+    mixed by their weights (with "corpus" in the batches when there are several) and noised as
+    data.corpora[i].noise (data.noise) says, drawn from `seed`; an InputError if no pair fits
+    data.max_length (the batches would never come)."""
     paths, data, train = RunPaths(config.run_path), config.data, config.train
     shards = paths.train_shards()
     corpora = train_corpora(paths.data)
@@ -48,8 +49,12 @@ def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
                          f"({data.max_length} tokens a side, BOS and EOS included)")
 
     # Guided alignment: each shard's word alignments too (an InputError, before any work, if
-    # the split was prepared without them).
-    alignments = train_alignments(paths.data) if train.guided_alignment_weight else None
+    # the split was prepared without them); inline tags of the noise are put at aligned words
+    # when the split has them.
+    noise = corpus_noise(config, [corpus.name for corpus in corpora])
+    tags = any(corpus and corpus.inline_tags for corpus in noise)
+    alignments = (train_alignments(paths.data) if train.guided_alignment_weight or (
+        tags and has_alignments(paths.data)) else None)
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         return make_dataset(shards, paths.spm_model, batch_tokens=train.batch_tokens,
@@ -58,6 +63,23 @@ def train_dataset_fn(config: PipelineConfig, seed: int) -> DatasetFn:
                             one_bucket_per_batch=train.jit_compile, alignments=alignments,
                             corpora=[index for index, corpus in enumerate(corpora)
                                      for _ in corpus.pairs],
-                            weights=[corpus.weight for corpus in corpora])
+                            weights=[corpus.weight for corpus in corpora], noise=noise,
+                            gold_alignment=bool(train.guided_alignment_weight))
 
     return dataset_fn
+
+
+def corpus_noise(config: PipelineConfig, names: Sequence[str]) -> list[NoiseConfig | None]:
+    """The noise of each of the prepared corpora `names` (data.corpora[i].noise, data.noise).
+
+    Raises:
+        InputError: a corpus with noise that the prepared train split does not have (the
+            config changed since prepare).
+    """
+    noise = config.data.corpus_noise()
+    for index, (name, corpus) in enumerate(noise.items()):
+        if corpus and name not in names:
+            key = f"data.corpora[{index}].noise" if config.data.corpora else "data.noise"
+            raise InputError(f"{key}: corpus {name} is not in the prepared train split "
+                             f"({', '.join(names)}); run `keras-transformer prepare` again")
+    return [noise.get(name) for name in names]

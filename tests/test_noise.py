@@ -52,6 +52,9 @@ def test_casing_is_both_sides_in_utf8_and_never_a_corpus_tag():
     assert upper[:3] == [("HELLO WORLD.", "BONJOUR LE MONDE."),
                          ("<bt> WHERE IS THE STATION ?", "OÙ EST LA GARE ?"),
                          ("STRASSE UND ÖL", "RUE ET HUILE")]
+    # A multilingual run's language token too (prepare writes it before the corpus tag).
+    assert noise([("<2de> <bt> a <bt>", "ein")], NoiseConfig(uppercase=1.0)) == [
+        ("<2de> <bt> A <BT>", "EIN")]
     title = noise(PAIRS, NoiseConfig(titlecase=1.0))
     assert title[:4] == [("Hello World.", "Bonjour Le Monde."),
                          ("<bt> Where Is The Station ?", "Où Est La Gare ?"),

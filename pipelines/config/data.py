@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 from typing import Literal
 
+from pipelines.corpus.language_id import MODEL_NAME, language_label
 from pipelines.corpus.shards import DEFAULT_CORPUS, MAX_SHARDS, corpus_name_problem
 from pipelines.corpus.source_spec import check_source_spec
 from pipelines.corpus.tags import tag_problem
@@ -123,9 +124,14 @@ class DataConfig:
     # Word alignments of the train pairs written beside the shards (data/*.align) for
     # train.guided_alignment_weight: by eflomal (pipelines/corpus/alignments.py), or none.
     alignments: Literal["none", "eflomal"] = "none"
+    # Drop pairs with a side not in its corpus's language (pipelines/corpus/language_id.py):
+    # auto checks the languages each corpus has (bible:SRC-TGT's, a TFDS builder's, src_lang /
+    # tgt_lang), on (true) requires them of every corpus, off (false) checks none.
+    language_id: bool | str = "auto"
 
     def __post_init__(self) -> None:
         self._check_corpora()
+        self._check_languages()
         for key, low in (("holdout", 1), ("vocab_size", 300), ("vocab_max_sentences", 1000),
                          ("max_length", 3)):
             if getattr(self, key) < low:
@@ -149,6 +155,26 @@ class DataConfig:
     def dev_test_corpus(self) -> str:
         """The name of the corpus that gives the dev and test splits."""
         return self.dev_test or self.corpus_configs()[0].name
+
+    def _check_languages(self) -> None:
+        """`language_id` on, off or auto; with it not off, the declared languages known to the
+        model; with it on, a `files` corpus declaring both."""
+        if self.language_id not in (True, False, "auto"):
+            raise FieldError("language_id", f"must be on, off or auto, got {self.language_id!r}")
+        if self.language_id is False:
+            return
+        for index, corpus in enumerate(self.corpus_configs()):
+            where = f"corpora[{index}]." if self.corpora else ""
+            for key in ("src_lang", "tgt_lang"):
+                code = getattr(corpus, key)
+                if code is not None and language_label(code) is None:
+                    raise FieldError(f"{where}{key}", f"{code!r} is not a language {MODEL_NAME} "
+                                     f"knows (data.language_id checks it): give a code such as "
+                                     f"fr, de or pt-BR, or set data.language_id: off")
+                if (self.language_id is True and code is None
+                        and corpus.source.partition(":")[0] == "files"):
+                    raise FieldError("language_id", f"on needs the languages of every corpus: "
+                                     f"give data.{where}{key}, or set data.language_id: auto")
 
     def _check_corpora(self) -> None:
         """One corpus (`source`, checked as a `CorpusConfig`) or several (`corpora`), not both;

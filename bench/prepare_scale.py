@@ -2,7 +2,7 @@
 on an N-pair corpus, then the training input pipeline's speed on the prepared run.
 
     .venv/bin/python bench/prepare_scale.py [--pairs N] [--workdir DIR] [--batches N]
-                                            [--skip-pipeline]
+                                            [--skip-pipeline] [--language-id on|off|auto]
 
 The corpus (default 1M pairs; `--pairs 36000000` is WMT14 en-fr's size, about 12 GB) is built
 deterministically from the embedded en-fr Bible (`pipelines.corpus.bible.bible_pairs`), keeping the
@@ -15,9 +15,10 @@ TARGET_BYTES (185) bytes, as in WMT14 en-fr (the Bible's short words make that a
 written to DIR/corpus.{en,fr} (default DIR /tmp/prepare_scale) in chunks, and reused while
 DIR/corpus.json records the same N and the files' sizes, so reruns only time prepare.
 
-Prepare runs as a child process (`keras-transformer prepare DIR/scale.yaml`: source `files`,
-37,000 shared BPE pieces, max_length 256, batch_tokens 25,000, 3,000 held-out pairs per split)
-into a fresh DIR/runs/scale, its progress and summary on stdout. Then, in this process, the
+Prepare runs as a child process (`keras-transformer prepare DIR/scale.yaml`: source `files`
+declared English to French, 37,000 shared BPE pieces, max_length 256, batch_tokens 25,000, 3,000
+held-out pairs per split; `--language-id` sets `data.language_id`, whose default checks both
+sides) into a fresh DIR/runs/scale, its progress and summary on stdout. Then, in this process, the
 training input pipeline (`pipelines.training.data.make_dataset` on the train shards, as the trainer
 reads them: shuffle buffer 100,000, repeated) with `parallel_calls` 1 and 2: seconds to the
 first batch (its shuffle buffer filled), then target tokens/s (non-PAD) and batches/s over
@@ -117,14 +118,18 @@ def corpus(workdir: Path, pairs: int) -> tuple[Path, Path, bool]:
     return src, tgt, False
 
 
-def write_config(workdir: Path) -> Path:
-    """DIR/scale.yaml: the prepare settings of the module docstring on DIR/corpus.{en,fr}."""
+def write_config(workdir: Path, language_id: str | None) -> Path:
+    """DIR/scale.yaml: the prepare settings of the module docstring on DIR/corpus.{en,fr}, with
+    `language_id` (on, off, auto) as data.language_id unless None."""
     path = workdir / "scale.yaml"
     config = {"name": "scale", "run_dir": str(workdir / "runs" / "scale"),
               "data": {"source": "files", "train": {"src": "corpus.en", "tgt": "corpus.fr"},
+                       "src_lang": "en", "tgt_lang": "fr",
                        "vocab_size": 37000, "vocab_type": "bpe", "max_length": MAX_LENGTH,
                        "holdout": 3000},
               "train": {"batch_tokens": BATCH_TOKENS}}
+    if language_id is not None:
+        config["data"]["language_id"] = {"on": True, "off": False}.get(language_id, language_id)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -183,6 +188,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=200,
                         help="timed input pipeline batches per parallel_calls value")
     parser.add_argument("--skip-pipeline", action="store_true", help="time prepare only")
+    parser.add_argument("--language-id", choices=("on", "off", "auto"),
+                        help="data.language_id (default: unset, i.e. auto)")
     args = parser.parse_args()
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +199,7 @@ def main() -> None:
     print(f"corpus {src} + {tgt}: {args.pairs:,} pairs, {gigabytes:.2f} GB "
           f"({'reused' if reused else f'written in {time.monotonic() - started:.0f} s'})",
           flush=True)
-    config_path = write_config(workdir)
+    config_path = write_config(workdir, args.language_id)
     run_dir = load_config(config_path).run_path
     seconds, peak_gib = run_prepare(config_path, run_dir)
     lines = [f"machine         {machine()}",

@@ -1,5 +1,6 @@
 """Text files read by line, files written whole or not at all (a temporary name, then a
-rename), and checks that a directory can be one and be written before long work.
+rename), checks that a directory can be one and be written before long work, and the data
+files that installed packages ship.
 
 Example:
     >>> with atomic_open(Path("runs/demo/eval/test.json"), "w") as file:
@@ -8,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import os
 import tempfile
@@ -15,6 +17,16 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from pipelines import InputError
+
+
+def package_file(package: str, relative: str | Path) -> Path | None:
+    """A data file of an installed package (`relative` to its directory), found without
+    importing the package; None when the package or the file is missing."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    return path if path.is_file() else None
 
 
 def clean_text(text: str) -> str:

@@ -155,11 +155,13 @@ STAGES = (
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 # Keys added after runs were first stamped, left out of the fingerprints at these values (what
 # the earlier version did), so that a run stamped before them stays up to date (`KEY[].FIELD`:
-# a field of each item of the list KEY).
+# a field of each item of the list KEY). The default data.language_id (auto) cleans what the
+# earlier version kept: a run prepared before it keeps its data rather than being prepared and
+# trained again.
 ADDED_KEYS = {"data.alignments": "none", "data.corpora": (), "data.dev_test": None,
               "train.guided_alignment_weight": 0.0, "model.alignment_heads": None,
               "train.worker_timeout_minutes": 5.0, "data.noise": None,
-              "data.corpora[].noise": None}
+              "data.corpora[].noise": None, "data.language_id": "auto"}
 
 
 def fingerprint(config: PipelineConfig, stage: Stage) -> str:

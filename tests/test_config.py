@@ -163,6 +163,15 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
      "trains head 0 alone, which alignments then read: leave it unset or 1, got 0"),
     (MODEL + "  alignment_heads: 9\n", 4, "model.alignment_heads",
      "must be in [0, num_heads] (0: all heads averaged), got 9"),
+    ("data:\n  source: files\n  train: {tsv: t}\n  src_lang: tlh\n", 5, "data.src_lang",
+     "'tlh' is not a language fastText lid.176 knows (data.language_id checks it)"),
+    ("data:\n  corpora:\n    - {name: a, source: bible:en-fr}\n"
+     "    - {name: b, source: files, train: {tsv: t}, tgt_lang: xx}\n", 5,
+     "data.corpora[1].tgt_lang", "'xx' is not a language fastText lid.176 knows"),
+    ("data:\n  source: files\n  train: {tsv: t}\n  src_lang: en\n  language_id: on\n", 6,
+     "data.language_id", "on needs the languages of every corpus: give data.tgt_lang"),
+    ("data: {source: bible:en-fr, language_id: maybe}\n", 2, "data.language_id",
+     "must be on, off or auto, got 'maybe'"),
 ])
 def test_bad_values_name_file_line_key_and_value(tmp_path, body, where, key, value):
     path = write(tmp_path, "name: demo\n" + body)

@@ -20,11 +20,12 @@ from pipelines.corpus.shards import train_shards
 SPLITS = [f"data/{split}.{side}" for split in ("dev", "test") for side in ("src", "tgt")]
 OUTPUTS = SPLITS + ["data/train.json", "vocab/spm.model", "vocab/spm.vocab"]
 DEMO_OUTPUTS = OUTPUTS + ["data/train-00000-of-00001.src", "data/train-00000-of-00001.tgt"]
-# The demo's split files as the in-memory prepare of round 1 wrote them (train.src / .tgt).
+# The demo's split files: dev and test as the in-memory prepare of round 1 wrote them, train
+# (then train.src / .tgt) less the 151 pairs that language ID drops (data.language_id auto).
 DEMO_SHA256 = {"data/dev.src": "9c491eb3903e398d", "data/dev.tgt": "ad3616577a3c0258",
                "data/test.src": "19c8b283c7bd82b5", "data/test.tgt": "751f163c446ad4f9",
-               "data/train-00000-of-00001.src": "3adb5d14ebd2c5d2",
-               "data/train-00000-of-00001.tgt": "b84ed6ff6ed3dfc9"}
+               "data/train-00000-of-00001.src": "8260a669f1c5c766",
+               "data/train-00000-of-00001.tgt": "c377ed0538fc79f6"}
 
 
 def checksums(run_dir, names=None):
@@ -56,7 +57,7 @@ def test_demo_outputs_and_summary(demo_run):
     assert min(demo_run.padding_efficiency) >= 0.85
     text = demo_run.format()
     for expected in ("train 28,", "(1 train shard)", "Psalm title on one side 116",
-                     "8,000 shared bpe pieces", "measured on all 28,620 train pairs:", "too long",
+                     "8,000 shared bpe pieces", "measured on all 28,469 train pairs:", "too long",
                      "padding   source 0.", "per train sentence"):
         assert expected in text
 
@@ -84,6 +85,7 @@ def test_small_files_corpus_is_reproducible_through_the_cli(tmp_path, capsys):
     assert main(["prepare", str(config)]) == 0
     out = capsys.readouterr().out
     assert "train 120  dev 20  test 20" in out
+    assert "  language  not checked (languages unknown) (fastText lid.176" in out
     first = checksums(tmp_path / "runs" / "small", OUTPUTS)
     prepare(load_config(config))
     assert checksums(tmp_path / "runs" / "small", OUTPUTS) == first
@@ -137,6 +139,80 @@ def test_shards_samples_and_a_smaller_re_prepare(tmp_path, capsys, monkeypatch):
     second = [pair for src, tgt in train_shards(data) for pair in zip(read_lines(src),
                                                                         read_lines(tgt))]
     assert sorted(second) == sorted(first)
+
+
+ANIMALS = (("cat", "chat"), ("dog", "chien"), ("horse", "cheval"), ("bird", "oiseau"))
+SENTENCES = [(f"The {en} number {i} is sleeping in the garden near the house.",
+              f"Le {fr} numéro {i} dort dans le jardin près de la maison.")
+             for i, (en, fr) in enumerate(ANIMALS * 10)]
+PLANTED = [("The weather is very nice today in the mountains.",  # a German target
+            "Das Wetter ist heute in den Bergen sehr schön."),
+           ("El tiempo es muy agradable hoy en las montañas.",  # a Spanish source
+            "Il fait très beau aujourd'hui à la montagne.")]
+
+
+def written_pairs(run_dir: Path) -> list[tuple[str, str]]:
+    """Every pair prepare wrote: the train shards', dev's and test's."""
+    data = run_dir / "data"
+    files = train_shards(data) + [(data / f"{split}.src", data / f"{split}.tgt")
+                                  for split in ("dev", "test")]
+    return [pair for src, tgt in files for pair in zip(read_lines(src), read_lines(tgt))]
+
+
+def test_language_id_drops_planted_wrong_language_pairs_and_keeps_the_rest(tmp_path, capsys):
+    """An en-fr corpus with a German target and a Spanish source planted: both dropped and
+    counted, every other pair written; the given dev split kept whole (a German target too);
+    with data.language_id off, the planted pairs are kept."""
+    pairs = SENTENCES[:15] + PLANTED[:1] + SENTENCES[15:30] + PLANTED[1:] + SENTENCES[30:]
+    src, tgt = ("".join(pair[side] + "\n" for pair in pairs).encode() for side in (0, 1))
+    (tmp_path / "dev.tsv").write_text("\t".join(PLANTED[0]) + "\n", encoding="utf-8")
+    config = write_corpus(tmp_path, src, tgt, src_lang="en", tgt_lang="fr", holdout=5,
+                          dev="{tsv: dev.tsv}", vocab_size=400)  # the planted pairs' letters
+    assert main(["prepare", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "source not en 1" in out and "target not fr 1" in out
+    assert "  language  source en, target fr (fastText lid.176, data.language_id)\n" in out
+    run_dir = tmp_path / "runs" / "small"
+    assert sorted(written_pairs(run_dir)) == sorted(SENTENCES + PLANTED[:1])
+    config.write_text(config.read_text() + "  language_id: off\n")
+    assert main(["prepare", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert " not en" not in out and " not fr" not in out and "language  " not in out
+    assert sorted(written_pairs(run_dir)) == sorted(SENTENCES + PLANTED + PLANTED[:1])
+
+
+@pytest.mark.slow
+def test_language_id_in_a_process_pool_gives_the_verdicts_of_this_process(tmp_path,
+                                                                          monkeypatch):
+    """A corpus of more than INLINE_CHUNKS chunks is classified in a pool of spawned
+    processes: the same files, the same counts as classified in this process."""
+    import multiprocessing
+
+    from pipelines.config import DataConfig, SplitFiles
+    from pipelines.corpus import language_id
+    from pipelines.corpus.sources import open_sources
+
+    pairs = SENTENCES[:20] + PLANTED + SENTENCES[20:]
+    for side, name in enumerate(("corpus.en", "corpus.fr")):
+        (tmp_path / name).write_text("".join(pair[side] + "\n" for pair in pairs), "utf-8")
+    data = DataConfig(source="files", src_lang="en", tgt_lang="fr", holdout=5,
+                      train=SplitFiles(src=tmp_path / "corpus.en", tgt=tmp_path / "corpus.fr"))
+
+    def split(directory: Path) -> tuple[dict[str, int], dict[str, bytes]]:
+        dropped = pipelines.corpus.splitting.write_splits(open_sources(data), data,
+                                                          directory).dropped
+        return dropped, {path.name: path.read_bytes() for path in directory.iterdir()}
+
+    here = split(tmp_path / "here")
+    assert here[0] == {"source not en": 1, "target not fr": 1}
+    contexts = []
+    get_context = multiprocessing.get_context
+    monkeypatch.setattr(multiprocessing, "get_context",
+                        lambda method: contexts.append(method) or get_context(method))
+    monkeypatch.setattr(language_id, "CHUNK", 3)  # 14 chunks
+    monkeypatch.setattr(language_id, "INLINE_CHUNKS", 2)
+    assert split(tmp_path / "pool") == here
+    assert contexts == ["spawn"]
 
 
 @pytest.mark.slow

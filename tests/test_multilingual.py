@@ -28,7 +28,7 @@ from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.languages import (missing_language_message, unknown_language_message,
                                          with_language)
 from keras_transformer.tokenizer import EOS_ID, Tokenizer
-from op_audit import op_audit
+from op_audit import op_audit, serving_registry_problems
 from pipelines.cli import main
 from test_serving import SessionServer
 
@@ -85,7 +85,7 @@ def test_a_multilingual_export_takes_target_lang_in_every_text_signature(version
                                                                         server):
     """tf.saved_model.load's and TF Serving's session loader's signatures: the table of
     `signatures(("fr", "de"))`; `translate_ids` as a bilingual model's; core and TF Serving
-    ops only; the export's metadata lists the languages."""
+    ops only, all in TF Serving's TensorFlow; the export's metadata lists the languages."""
     table = signatures(LANGUAGES)
     assert ExportMetadata.read(version / "assets.extra" / "translator.json"
                                ).target_languages == LANGUAGES
@@ -98,6 +98,7 @@ def test_a_multilingual_export_takes_target_lang_in_every_text_signature(version
     assert table["translate_ids"] == SIGNATURES["translate_ids"]
     ops, not_core, allowed = op_audit(version)
     assert set(not_core) <= allowed, sorted(set(not_core) - allowed)
+    assert serving_registry_problems(version) == []  # TF Serving's TensorFlow loads it
 
 
 def test_each_line_is_translated_into_its_target_language(loaded, server, model_proto):
@@ -297,3 +298,25 @@ def test_a_target_language_the_model_cannot_take_is_one_line_and_nothing_written
     assert capsys.readouterr().err == \
         f"keras-transformer {command}: error: --target-lang: {problem}\n"
     assert not output.exists()
+
+
+def test_evaluate_translates_each_test_line_into_its_tokens_language(multilingual_export,
+                                                                     tmp_path):
+    """`evaluate` on a multilingual run's test split as prepare writes it (`<2fr> LINE`): each
+    line translated into its token's language (the in-process Translator's target_lang), as
+    the export translates it, and scored per language."""
+    from pipelines.config import load_config
+    from pipelines.evaluate import evaluate
+    from tiny_run import copy_run
+
+    config, paths = copy_run(multilingual_export.saved_model.parents[3], tmp_path)
+    sources, references = paths.split("test")
+    sources.write_text("".join(with_language(line, language) + "\n"
+                               for line, language in zip(TEXT, TARGET_LANG) if line))
+    references.write_text("".join(line + "\n" for line in TEXT if line))
+    report = evaluate(load_config(config), split="test")
+    saved = SavedModelTranslator(multilingual_export.saved_model)
+    assert Path(report.hypotheses).read_text().splitlines() == \
+        [saved.translate([line], language)["translation"][0]
+         for line, language in zip(TEXT, TARGET_LANG) if line]
+    assert sorted(report.languages) == sorted(LANGUAGES)

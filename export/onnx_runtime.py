@@ -98,7 +98,7 @@ class OnnxTranslator:
         lines = [decode_line(text).replace("\0", " ") for text in texts]  # str for ORT
         languages = line_languages(target_lang, len(lines), self.metadata.target_languages)
         if self._needs_child():
-            output = self._in_child("translate", lines, languages=languages)
+            output = self._in_child("translate", lines, target_lang=languages)
             return {"translation": output["translation"],
                     "score": np.array(output["score"], np.float32)}
         inputs = {"text": np.array(lines, object)}
@@ -166,10 +166,10 @@ class OnnxTranslator:
         return "tensorflow" in sys.modules and "text_session" not in self.__dict__
 
     def _in_child(self, method: str, lines: list[str], batch_size: int = 32,
-                  languages: str | list[str | None] | None = None) -> dict[str, Any]:
+                  target_lang: str | list[str | None] | None = None) -> dict[str, Any]:
         """Runs `method` in a Python process that has not imported TensorFlow."""
         request = {"directory": str(self.directory), "threads": self.threads, "method": method,
-                   "lines": lines, "batch_size": batch_size, "target_lang": languages}
+                   "lines": lines, "batch_size": batch_size, "target_lang": target_lang}
         done = subprocess.run([sys.executable, "-m", "export.onnx_runtime"],
                               input=json.dumps(request), capture_output=True, text=True)
         if done.returncode:

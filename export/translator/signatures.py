@@ -166,10 +166,9 @@ def in_language(function: Callable[..., Any], target_lang: str | None,
         text=text, **inputs, target_lang=tf.fill(tf.shape(text)[:1], target_lang))
 
 
-def input_specs(name: str, languages: Sequence[str] = ()) -> list[tf.TensorSpec]:
-    """The input signature of the Translator function that serves signature `name` (of a
-    model translating into `languages`)."""
-    return [expected.spec for expected in signatures(languages)[name].inputs]
+def input_specs(name: str) -> list[tf.TensorSpec]:
+    """The input signature of the Translator function that serves signature `name`."""
+    return [expected.spec for expected in SIGNATURES[name].inputs]
 
 
 def checked_inputs(name: str, *inputs: tf.Tensor,
@@ -188,9 +187,9 @@ def checked_inputs(name: str, *inputs: tf.Tensor,
 def checked_languages(target_lang: tf.Tensor, languages: Sequence[str]) -> tf.Tensor:
     """Graph code: target_lang string [batch] passed on once each code is one of `languages`;
     otherwise the request fails with InvalidArgumentError "assertion failed: [target language
-    'es': the model translates into fr, de (its target-language tokens)]", naming the first
-    unknown code (`keras_transformer.languages.unknown_language_message`). Within
-    `unchecked_inputs()`, as it is."""
+    \\'es\\': the model translates into fr, de (its target-language tokens)]", naming the
+    first unknown code (`keras_transformer.languages.unknown_language_message`; TF's Assert
+    escapes its quotes). Within `unchecked_inputs()`, as it is."""
     if _UNCHECKED.get():
         return target_lang
     known = tf.reduce_any(tf.equal(target_lang[:, None], tf.constant(languages)[None]),

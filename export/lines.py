@@ -6,7 +6,11 @@ most `batch_size` of them at a time and returns its results in the lines' order;
 `scored_in_batches` and `sampled_in_batches` wrap a runtime's `translate` (sampled line i
 seeded seed + i); `normalize_spaces` and `decode_line` read a line as the graphs' tokenizer
 reads it (a run of whitespace and NUL as one space, each invalid UTF-8 byte as one U+FFFD);
-`prefix_problem` says why prefixes cannot be forced, or None.
+`language_line` and `line_languages` give a multilingual model's lines their target languages
+as its graphs do (`export.text.language_text`), `by_language` translates lines of several
+target languages through line methods that take one, `translate_prepared` the lines prepare
+wrote (each after its language's token); `prefix_problem` says why prefixes cannot be forced,
+or None.
 
 Example:
     >>> translate_in_batches(lambda batch: [line.upper() for line in batch],
@@ -14,6 +18,8 @@ Example:
     ['CCC', 'A', 'BB']
     >>> normalize_spaces("one   two"), decode_line(b"caf\\xe9") == "caf\\ufffd"
     ('one two', True)
+    >>> language_line("Hello.", "fr"), language_line(" ", "fr"), language_line("Hello.", None)
+    ('<2fr> Hello.', ' ', 'Hello.')
 """
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ import codecs
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+
+from keras_transformer.languages import split_language, target_language_problem, with_language
 
 if TYPE_CHECKING:
     from export.metadata import ExportMetadata
@@ -45,6 +53,63 @@ codecs.register_error("sentencepiece",
 def decode_line(line: str | bytes) -> str:
     """Text of a line given as bytes, invalid UTF-8 read as SentencePiece reads it."""
     return line if isinstance(line, str) else line.decode("utf-8", "sentencepiece")
+
+
+def language_line(line: str, language: str | None) -> str:
+    """A line as a model translating into `language` reads it (None: a bilingual model's line,
+    as it is): after the language's token (`keras_transformer.languages.with_language`), but
+    a blank line (no piece) as it is, so that it translates to nothing; as
+    `export.text.language_text` joins them in the graphs."""
+    if language is None or not normalize_spaces(line).strip(" "):
+        return line
+    return with_language(line, language)
+
+
+def line_languages(target_lang: str | Sequence[str] | None, count: int,
+                   known: Sequence[str]) -> list[str | None]:
+    """The target language of each of `count` lines for a model translating into `known` (()
+    for a bilingual model, whose lines have None): `target_lang` for every line (a code) or
+    line by line (a sequence of codes).
+
+    Raises:
+        ValueError: `keras_transformer.languages.target_language_problem`'s line (a code the
+            model does not know, none for a multilingual model, one for a bilingual model),
+            or not one code per line.
+    """
+    given = target_lang is None or isinstance(target_lang, str)
+    languages = [target_lang] * count if given else list(target_lang)
+    if len(languages) != count:
+        raise ValueError(f"{len(languages)} target languages for {count} lines")
+    for language in dict.fromkeys([target_lang] if given else languages):
+        problem = target_language_problem(language, known)
+        if problem:
+            raise ValueError(problem)
+    return languages
+
+
+def by_language(translate: Callable[[list[L], str | None], list[T]], lines: Sequence[L],
+                languages: Sequence[str | None]) -> list[T]:
+    """`translate(lines, target_lang)` (a runtime's line method) called once per target
+    language on that language's lines; the results in the order of `lines`."""
+    results: list[T] = [None] * len(lines)  # type: ignore[list-item]  # all set below
+    for language in dict.fromkeys(languages):
+        indices = [index for index, each in enumerate(languages) if each == language]
+        for index, result in zip(indices, translate([lines[i] for i in indices], language)):
+            results[index] = result
+    return results
+
+
+def translate_prepared(translate: Callable[[list[str], str | None], list[T]],
+                       sources: Sequence[str], languages: Sequence[str]) -> list[T]:
+    """Translations of source lines as prepare writes them, through `translate(texts,
+    target_lang)` (a runtime's line method) of a model translating into `languages`: a
+    multilingual model's lines each into the language of its token
+    (`keras_transformer.languages.with_language`), read off the line; a bilingual model's
+    lines as they are."""
+    split = ([split_language(source) for source in sources] if languages
+             else [(None, source) for source in sources])
+    return by_language(translate, [text for _, text in split],
+                       [language for language, _ in split])
 
 
 def translate_in_batches(translate_batch: Callable[[list[L]], Sequence[T]],

@@ -36,7 +36,8 @@ SAVED_MODEL_METADATA = f"{SAVED_MODEL_EXTRA}/{METADATA_FILE}"  # of a complete v
 
 
 class LineTranslator(Protocol):
-    def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]: ...
+    def translate_lines(self, lines: Sequence[str], batch_size: int = 32,
+                        target_lang: str | None = None) -> list[str]: ...
 
 
 def resolve_export(path: Path, runtime: str | None = None) -> tuple[str, Path]:

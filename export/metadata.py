@@ -4,11 +4,18 @@ Runtime or CTranslate2.
 
     translator.json = DecodingSettings fields + {"model": ModelConfig fields, "dtype": policy,
                                                  "xla_max_batch": int,
-                                                 "parallel_searches": int}
+                                                 "parallel_searches": int,
+                                                 "target_languages": [code, ...]}
+
+`target_languages` lists a multilingual model's target languages (the codes of the language
+tokens of its spm.model, `keras_transformer.languages`; [] for a bilingual model), for users and
+for the runtimes that import neither TensorFlow nor the SentencePiece model's proto; an export
+made before it was recorded reads as bilingual, which it is.
 
 Example:
     metadata = ExportMetadata.read(Path("runs/demo/export/onnx") / METADATA_FILE)
     metadata.settings.beam_size, metadata.model.max_length, metadata.dtype
+    metadata.target_languages  # ("fr", "de"): a multilingual model's; () for a bilingual one
 """
 from __future__ import annotations
 
@@ -33,18 +40,21 @@ EXPORT_AGAIN = "run `keras-transformer export` again"
 class ExportMetadata:
     """The decoding settings an export decodes with, its model config, Keras dtype policy and
     the largest batch its beam search runs compiled by XLA (0: none) and how many beam
-    searches its graph runs side by side (`keras_transformer.parallel_search`; a SavedModel's)."""
+    searches its graph runs side by side (`keras_transformer.parallel_search`; a SavedModel's),
+    and the target languages of a multilingual model (() for a bilingual one)."""
 
     settings: DecodingSettings
     model: ModelConfig
     dtype: str = "float32"  # exports older than the dtype record computed in float32
     xla_max_batch: int = 0
     parallel_searches: int = 1
+    target_languages: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.settings.to_dict(), "model": self.model.to_dict(), "dtype": self.dtype,
                 "xla_max_batch": self.xla_max_batch,
-                "parallel_searches": self.parallel_searches}
+                "parallel_searches": self.parallel_searches,
+                "target_languages": list(self.target_languages)}
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
@@ -60,13 +70,21 @@ class ExportMetadata:
             data = json.loads(path.read_text())
             return cls(DecodingSettings.from_dict(data), ModelConfig(**data["model"]),
                        data.get("dtype", "float32"), int(data.get("xla_max_batch", 0)),
-                       int(data.get("parallel_searches", 1)))
+                       int(data.get("parallel_searches", 1)),
+                       _codes(data.get("target_languages", [])))
         except FileNotFoundError:
             raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
         except DecodingSettingsError as error:
             raise ExportError(f"{path}: {error.field}: {error}; {EXPORT_AGAIN}") from None
         except (ValueError, KeyError, TypeError):  # not UTF-8 or JSON, no model, bad fields
             raise unreadable(path) from None
+
+
+def _codes(values: Any) -> tuple[str, ...]:
+    """translator.json's target languages: a list of strings (TypeError otherwise)."""
+    if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+        raise TypeError("target_languages: not a list of language codes")
+    return tuple(values)
 
 
 def saved_model_metadata(version_dir: Path) -> ExportMetadata:

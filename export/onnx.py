@@ -6,11 +6,17 @@
     score.onnx       source_ids int32 [batch, time], target_pieces int32 [batch, time] (then
                      PAD) -> score, log_prob float32 [batch], target_ids (pieces, EOS, PAD),
                      token_log_probs float32 [batch, time]: the `score` signature on ids
-    translator.onnx  text string [batch] -> translation string [batch], score float32 [batch];
-                     needs onnxruntime-extensions (SentencePiece), whose string kernels read
-                     a line up to its first NUL (`OnnxTranslator` first replaces NUL by a
-                     space, as the TF graph reads it)
+    translator.onnx  text string [batch] (and a multilingual model's target_lang string
+                     [batch]) -> translation string [batch], score float32 [batch]; needs
+                     onnxruntime-extensions (SentencePiece), whose string kernels read a line
+                     up to its first NUL (`OnnxTranslator` first replaces NUL by a space, as
+                     the TF graph reads it)
     spm.model, translator.json   the tokenizer and the decoding settings
+
+A multilingual model's translator.onnx joins each line to its language's token as the
+SavedModel's signatures do (`export.text.language_text`); ONNX has no assertion, so an unknown
+code fails the run at a Gather out of range ("indices element out of data bounds"), and
+`OnnxTranslator` refuses one first, naming it (`keras_transformer.languages`).
 
 The beam search's nested tf.while_loops become nested ONNX Loops, whose loop invariants are
 then read from outer scopes and whose weights are moved into the body that reads them
@@ -53,7 +59,7 @@ from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants, sink_ini
 from export.onnx_quantize import quantize_int8
 from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SCORE_FILE,
                              SPM_FILE, TRANSLATOR_FILE)
-from export.translator.signatures import TEXT, unchecked_ranks
+from export.translator.signatures import TARGET_LANG, TEXT, unchecked_inputs
 from export.translator import Translator
 from keras_transformer.tokenizer import Tokenizer
 from keras_transformer.top_k import plain_top_k
@@ -96,7 +102,7 @@ def export_onnx(translator: Translator, directory: Path) -> dict[str, Path]:
                                                  SCORE_FILE, SPM_FILE, METADATA_FILE)}
     metadata = translator.metadata().to_dict()
     search = translator.translate_ids  # traced anew: the translator may hold a trace of it
-    with plain_top_k(), unchecked_ranks():
+    with plain_top_k(), unchecked_inputs():
         ids_model = convert(tf.function(search.python_function, autograph=False,
                                         input_signature=search.input_signature), metadata)
     onnx.save(ids_model, paths[MODEL_FILE])
@@ -110,14 +116,16 @@ def export_onnx(translator: Translator, directory: Path) -> dict[str, Path]:
 
 def text_model(translator: Translator, ids_model: onnx.ModelProto,
                metadata: dict[str, Any]) -> onnx.ModelProto:
-    """translator.onnx: text [batch] -> translation [batch], score [batch]; the graphs of
-    `translator.encode` and of `Tokenizer.detokenize` joined to `ids_model` (model.onnx), whose
-    `translate_ids` reads the encoded ids as `translate` does."""
+    """translator.onnx: text [batch] (and a multilingual model's target_lang [batch]) ->
+    translation [batch], score [batch]; the graphs of `translator.encode` and of
+    `Tokenizer.detokenize` joined to `ids_model` (model.onnx), whose `translate_ids` reads the
+    encoded ids as `translate` does."""
     tokenizer = Tokenizer(translator.spm_model_proto)
+    inputs = [TEXT, TARGET_LANG] if translator.target_languages else [TEXT]
 
-    @tf.function(input_signature=[TEXT.spec], autograph=False)
-    def encode(text: tf.Tensor) -> dict[str, tf.Tensor]:
-        return {"source_ids": translator.encode(text)}  # [batch, time]
+    @tf.function(input_signature=[spec.spec for spec in inputs], autograph=False)
+    def encode(text: tf.Tensor, target_lang: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+        return {"source_ids": translator.encode(text, target_lang)}  # [batch, time]
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="target_ids")],
                  autograph=False)

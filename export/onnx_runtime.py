@@ -5,9 +5,15 @@ TensorFlow before creating their session; so where TensorFlow is imported, `tran
 `translate_lines` run translator.onnx in a child process (a start-up of about a second per
 call). `translate_ids` (model.onnx) needs plain onnxruntime only and runs in process.
 
+A multilingual export's methods take `target_lang`: a code for every line, or (`translate`)
+one per line; a code the model does not know, or none, is refused here with
+`keras_transformer.languages`' line (ValueError), as translator.onnx itself can only fail
+without naming it.
+
 Example:
     translator = OnnxTranslator(Path("runs/demo/export/onnx"))
     translator.translate_lines(["In the beginning."])  # ["Au commencement."]
+    translator.translate_lines(["In the beginning."], target_lang="fr")  # multilingual
 """
 from __future__ import annotations
 
@@ -23,7 +29,8 @@ import numpy as np
 import onnxruntime as ort
 
 from export import ExportError
-from export.lines import decode_line, normalize_spaces, scored_in_batches, translate_in_batches
+from export.lines import (decode_line, language_line, line_languages, normalize_spaces,
+                          scored_in_batches, translate_in_batches)
 from export.metadata import (METADATA_FILE, MODEL_FILE, SCORE_FILE, SPM_FILE, TRANSLATOR_FILE,
                              ExportMetadata)
 from export.scores import Pair, PairScore, score_in_batches, signature_scores
@@ -83,33 +90,41 @@ class OnnxTranslator:
             ["target_ids", "score"], {"source_ids": np.asarray(source_ids, np.int32)})
         return {"target_ids": target_ids, "score": score}
 
-    def translate(self, texts: Sequence[str | bytes]) -> dict[str, Any]:
+    def translate(self, texts: Sequence[str | bytes],
+                  target_lang: str | Sequence[str] | None = None) -> dict[str, Any]:
         """Lines -> {"translation": list[str], "score": float32 [batch]}; invalid UTF-8 in
         bytes reads as U+FFFD per byte and NUL as a space, as the TF graph reads them
         (onnxruntime-extensions' string kernels would end a line at its first NUL)."""
         lines = [decode_line(text).replace("\0", " ") for text in texts]  # str for ORT
+        languages = line_languages(target_lang, len(lines), self.metadata.target_languages)
         if self._needs_child():
-            output = self._in_child("translate", lines)
+            output = self._in_child("translate", lines, target_lang=languages)
             return {"translation": output["translation"],
                     "score": np.array(output["score"], np.float32)}
-        translation, score = self.text_session.run(["translation", "score"],
-                                                   {"text": np.array(lines, object)})
+        inputs = {"text": np.array(lines, object)}
+        if self.metadata.target_languages:
+            inputs["target_lang"] = np.array(languages, object)
+        translation, score = self.text_session.run(["translation", "score"], inputs)
         return {"translation": [str(t) for t in translation], "score": score}
 
-    def translate_lines(self, lines: Sequence[str | bytes], batch_size: int = 32) -> list[str]:
+    def translate_lines(self, lines: Sequence[str | bytes], batch_size: int = 32,
+                        target_lang: str | None = None) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""
         if self._needs_child():
+            line_languages(target_lang, len(lines), self.metadata.target_languages)  # refused here
             return self._in_child("translate_lines", [decode_line(line) for line in lines],
-                                  batch_size)["translation"]
-        return translate_in_batches(lambda batch: self.translate(batch)["translation"], lines,
-                                    batch_size)
+                                  batch_size, target_lang)["translation"]
+        return translate_in_batches(
+            lambda batch: self.translate(batch, target_lang)["translation"], lines, batch_size)
 
-    def scored_lines(self, lines: Sequence[str | bytes], batch_size: int = 32
-                     ) -> list[tuple[str, float]]:
+    def scored_lines(self, lines: Sequence[str | bytes], batch_size: int = 32,
+                     target_lang: str | None = None) -> list[tuple[str, float]]:
         """(translation, score) of each line, in order."""
-        return scored_in_batches(self.translate, lines, batch_size)
+        return scored_in_batches(lambda batch: self.translate(batch, target_lang), lines,
+                                 batch_size)
 
-    def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
+    def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32,
+                    target_lang: str | None = None) -> list[PairScore]:
         """The score of each (line, translation) pair, in order, through score.onnx: lines
         tokenized as the TF graph tokenizes them, sources cut as `translate` cuts them."""
         if not (self.directory / SCORE_FILE).is_file():
@@ -117,12 +132,14 @@ class OnnxTranslator:
                               f"export again")
         processor = self.processor
         limit = self.metadata.settings.max_source_pieces
+        language, = line_languages(target_lang, 1, self.metadata.target_languages)
 
         def score_batch(batch: list[Pair]) -> list[PairScore]:
             def pieces(text: str) -> list[int]:
                 return processor.encode(normalize_spaces(decode_line(text)).replace("\0", " "))
 
-            sources = [pieces(source)[:limit] + [processor.eos_id()] for source, _ in batch]
+            sources = [pieces(language_line(decode_line(source), language))[:limit]
+                       + [processor.eos_id()] for source, _ in batch]
             targets = [pieces(target) for _, target in batch]
             names = ("score", "log_prob", "target_ids", "token_log_probs")
             outputs = self.score_session.run(list(names), {"source_ids": padded(sources),
@@ -148,10 +165,11 @@ class OnnxTranslator:
         """Whether TensorFlow is imported and the text session not yet made."""
         return "tensorflow" in sys.modules and "text_session" not in self.__dict__
 
-    def _in_child(self, method: str, lines: list[str], batch_size: int = 32) -> dict[str, Any]:
+    def _in_child(self, method: str, lines: list[str], batch_size: int = 32,
+                  target_lang: str | list[str | None] | None = None) -> dict[str, Any]:
         """Runs `method` in a Python process that has not imported TensorFlow."""
         request = {"directory": str(self.directory), "threads": self.threads, "method": method,
-                   "lines": lines, "batch_size": batch_size}
+                   "lines": lines, "batch_size": batch_size, "target_lang": target_lang}
         done = subprocess.run([sys.executable, "-m", "export.onnx_runtime"],
                               input=json.dumps(request), capture_output=True, text=True)
         if done.returncode:
@@ -172,11 +190,11 @@ def _serve_child() -> None:
     request = json.load(sys.stdin)
     translator = OnnxTranslator(Path(request["directory"]), request["threads"])
     if request["method"] == "translate":
-        output = translator.translate(request["lines"])
+        output = translator.translate(request["lines"], request["target_lang"])
         result = {"translation": output["translation"], "score": output["score"].tolist()}
     else:
-        result = {"translation": translator.translate_lines(request["lines"],
-                                                            request["batch_size"])}
+        result = {"translation": translator.translate_lines(
+            request["lines"], request["batch_size"], request["target_lang"])}
     json.dump(result, sys.stdout)
 
 

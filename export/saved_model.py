@@ -4,8 +4,9 @@
                        assets.extra/tf_serving_warmup_requests   PredictionLog records
                        assets.extra/spm.model, translator.json   for clients and `translate`
 
-Its signatures are those of `export.translator.signatures.SIGNATURES` (each one's Translator
-function, inputs and outputs), each warmed up with a request of one line and one of them all.
+Its signatures are those of the Translator's table (`export.translator.signatures`: each one's
+Translator function, inputs and outputs; a multilingual model's text signatures take
+`target_lang`), each warmed up with a request of one line and one of them all.
 The graphs use core TF ops and TF Text ops of TF Serving's set
 (export/serving/tf_serving_text_ops.txt); the SentencePiece model is inside them.
 
@@ -17,6 +18,7 @@ version back and translates through its signatures (`keras-transformer translate
 Example:
     version = export_saved_model(translator, Path("runs/demo/export/saved_model"))  # .../1
     SavedModelTranslator(version).translate(["Hello."])  # {"translation": [...], "score": ...}
+    SavedModelTranslator(version).translate_lines(["Hello."], target_lang="fr")  # multilingual
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from export.scores import Pair, PairScore, score_in_batches
 from export.translator import Translator
 from export.translator.align import translated_aligned_in_batches
 from export.translator.score import scored_batch
-from export.translator.signatures import SIGNATURES
+from export.translator.signatures import in_language
 from export.translator.translate import nbest_pairs, prefixed_in_batches, translated_text
 from export.versions import publish_version, staging_directory
 from keras_transformer.compiled_search import bucket_sources
@@ -67,7 +69,7 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
         # traced before save would be traced twice (TensorFlow issue #56370).
         tf.saved_model.save(translator, str(temporary), signatures={
             name: getattr(translator, signature.method)
-            for name, signature in SIGNATURES.items()})
+            for name, signature in translator.serving_signatures.items()})
         extra = temporary / "assets.extra"
         extra.mkdir()
         write_warmup(extra / WARMUP_FILE, translator, warmup_text, model_name)
@@ -80,15 +82,18 @@ def export_saved_model(translator: Translator, base_dir: Path, *,
 
 def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
                  model_name: str) -> None:
-    """TF Serving's warm-up file: PredictionLog records for every signature of SIGNATURES, in
-    its order, one of the first line and one of all `texts` (and with XLA, one source of each
-    width the compiled search pads to)."""
+    """TF Serving's warm-up file: PredictionLog records for every signature of the
+    Translator's table, in its order, one of the first line and one of all `texts` (a
+    multilingual model's in its first language; and with XLA, one source of each width the
+    compiled search pads to)."""
     from tensorflow_serving.apis import prediction_log_pb2
 
     batches = [np.array(texts[:1], object), np.array(texts, object)]
-    encoded = [translator.encode(tf.constant(batch)).numpy() for batch in batches]
+    languages = translator.target_languages
+    encoded = [translator.encode(tf.constant(batch), tf.fill([len(batch)], languages[0])
+                                 if languages else None).numpy() for batch in batches]
     requests = [predict_request(model_name, signature.warmup(batch, source_ids), name)
-                for name, signature in SIGNATURES.items()
+                for name, signature in translator.serving_signatures.items()
                 for batch, source_ids in zip(batches, encoded)]
     if translator.xla_max_batch:  # one source of each padded width: XLA compiles each once
         requests += [predict_request(model_name, {"source_ids": ids}, "translate_ids")
@@ -102,7 +107,8 @@ def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
 
 class SavedModelTranslator:
     """An exported version loaded with tf.saved_model.load, run through its `serving_default`
-    signature (the graph TF Serving runs)."""
+    signature (the graph TF Serving runs). The line methods take `target_lang=`, the target
+    language of all their lines (a multilingual model's: `signatures.in_language`)."""
 
     def __init__(self, version_dir: Path) -> None:
         """Raises ExportError for a bfloat16 export where oneDNN would abort on it (an
@@ -117,25 +123,30 @@ class SavedModelTranslator:
         self.loaded = tf.saved_model.load(str(self.version_dir))
         self.signature = self.loaded.signatures["serving_default"]
 
-    def translate(self, texts: Sequence[str | bytes]) -> dict[str, Any]:
+    def translate(self, texts: Sequence[str | bytes],
+                  target_lang: str | None = None) -> dict[str, Any]:
         """Lines -> {"translation": list[str], "score": float32 [batch]}."""
-        return translated_text(self.signature(text=tf.constant(list(texts), tf.string)))
+        signature = self._in_language(self.signature, target_lang)
+        return translated_text(signature(text=tf.constant(list(texts), tf.string)))
 
-    def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
+    def translate_lines(self, lines: Sequence[str], batch_size: int = 32,
+                        target_lang: str | None = None) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""
-        return translate_in_batches(lambda batch: self.translate(batch)["translation"], lines,
-                                    batch_size)
+        return translate_in_batches(
+            lambda batch: self.translate(batch, target_lang)["translation"], lines, batch_size)
 
-    def scored_lines(self, lines: Sequence[str], batch_size: int = 32
-                     ) -> list[tuple[str, float]]:
+    def scored_lines(self, lines: Sequence[str], batch_size: int = 32,
+                     target_lang: str | None = None) -> list[tuple[str, float]]:
         """(translation, score) of each line, in order."""
-        return scored_in_batches(self.translate, lines, batch_size)
+        return scored_in_batches(lambda batch: self.translate(batch, target_lang), lines,
+                                 batch_size)
 
     def sampled_lines(self, lines: Sequence[str], sampling: SamplingSettings,
-                      first_index: int = 0, batch_size: int = 32) -> list[tuple[str, float]]:
+                      first_index: int = 0, batch_size: int = 32,
+                      target_lang: str | None = None) -> list[tuple[str, float]]:
         """(translation drawn at random, score) of each line, in order, through the
         `translate_sample` signature; line i seeded `sampling.seed` + first_index + i."""
-        signature = self._signature("translate_sample")
+        signature = self._signature("translate_sample", target_lang)
 
         def translate(**inputs: np.ndarray) -> dict:
             return translated_text(signature(**{name: tf.constant(value)
@@ -143,41 +154,47 @@ class SavedModelTranslator:
 
         return sampled_in_batches(translate, lines, sampling, first_index, batch_size)
 
-    def nbest_lines(self, lines: Sequence[str], batch_size: int = 32
-                    ) -> list[list[tuple[str, float]]]:
+    def nbest_lines(self, lines: Sequence[str], batch_size: int = 32,
+                    target_lang: str | None = None) -> list[list[tuple[str, float]]]:
         """The final beam of each line, best first: (translation, score) pairs, through the
         `translate_nbest` signature."""
-        signature = self._signature("translate_nbest")
+        signature = self._signature("translate_nbest", target_lang)
         return translate_in_batches(
             lambda batch: nbest_pairs(signature(text=tf.constant(list(batch), tf.string))),
             lines, batch_size)
 
     def prefixed_lines(self, lines: Sequence[str], prefixes: Sequence[str],
-                       batch_size: int = 32) -> list[str]:
+                       batch_size: int = 32, target_lang: str | None = None) -> list[str]:
         """Translations of `lines`, each beginning with its prefix ("": none), in order,
         through the `translate_prefix` signature."""
-        return prefixed_in_batches(self._signature("translate_prefix"), lines, prefixes,
-                                   batch_size)
+        return prefixed_in_batches(self._signature("translate_prefix", target_lang), lines,
+                                   prefixes, batch_size)
 
-    def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
+    def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32,
+                    target_lang: str | None = None) -> list[PairScore]:
         """The score of each (line, translation) pair, in order, through the `score`
         signature."""
-        signature = self._signature("score")
+        signature = self._signature("score", target_lang)
         return score_in_batches(lambda batch: scored_batch(signature, batch), pairs,
                                 batch_size)
 
-    def aligned_lines(self, lines: Sequence[str], batch_size: int = 32
-                      ) -> list[tuple[str, str]]:
+    def aligned_lines(self, lines: Sequence[str], batch_size: int = 32,
+                      target_lang: str | None = None) -> list[tuple[str, str]]:
         """(translation, `I-J ...` word alignment) of each line, in order, through the
         `translate_aligned` signature."""
-        return translated_aligned_in_batches(self._signature("translate_aligned"), lines,
-                                             batch_size)
+        return translated_aligned_in_batches(self._signature("translate_aligned", target_lang),
+                                             lines, batch_size)
 
     @property
     def translate_terms(self):
-        """The `translate_terms` signature: (text=, terms=) -> as `Translator.translate_terms`
-        (`export.translator.terms.termed_in_batches` calls it)."""
+        """The `translate_terms` signature: (text=, terms=[, target_lang=]) -> as
+        `Translator.translate_terms` (`export.translator.terms.termed_in_batches` calls it)."""
         return self._signature("translate_terms")
+
+    @property
+    def target_languages(self) -> tuple[str, ...]:
+        """The export's target languages (a multilingual model's; () for a bilingual one)."""
+        return self.metadata.target_languages
 
     def check_output(self, signature: str, output: str) -> None:
         """Raises ExportError, naming the version, when `signature` lacks `output` (an export
@@ -186,11 +203,15 @@ class SavedModelTranslator:
             raise ExportError(f"{self.version_dir}: its {signature} signature has no {output} "
                               f"output (an older export); export again")
 
-    def _signature(self, name: str):
+    def _signature(self, name: str, target_lang: str | None = None):
+        """The loaded signature `name`, called in `target_lang` (`_in_language`)."""
         if name not in self.loaded.signatures:
             raise ExportError(f"{self.version_dir}: exported without the {name} signature; "
                               f"export again")
-        return self.loaded.signatures[name]
+        return self._in_language(self.loaded.signatures[name], target_lang)
+
+    def _in_language(self, signature, target_lang: str | None):
+        return in_language(signature, target_lang, self.target_languages)
 
     def rebuild(self, **changes: Any) -> Translator:
         """An in-process Translator with this version's weights, dtype policy and tokenizer,

@@ -41,16 +41,19 @@ def piece_words(pieces: Sequence[str]) -> list[int]:
 
 
 def align_words(attention: np.ndarray, source_pieces: Sequence[str],
-                target_pieces: Sequence[str]) -> Alignment:
+                target_pieces: Sequence[str], skip_source_words: int = 0) -> Alignment:
     """Each target word with the source word of the highest attention summed over both words'
-    pieces. attention: [target pieces, source pieces (more columns, e.g. EOS, are left out)]."""
-    if not source_pieces or not target_pieces:
+    pieces. attention: [target pieces, source pieces (more columns, e.g. EOS, are left out)];
+    the source's first `skip_source_words` words (a multilingual model's target-language
+    token) are left out, the others counted from 0, as `keras_transformer.alignment` does."""
+    source_words = np.asarray(piece_words(source_pieces), int) - skip_source_words
+    kept = source_words >= 0  # [source pieces]
+    if not kept.any() or not target_pieces:
         return []
-    source_words, target_words = piece_words(source_pieces), piece_words(target_pieces)
-    rows = np.asarray(attention, np.float64)[:len(target_pieces), :len(source_pieces)]
+    target_words = piece_words(target_pieces)
+    rows = np.asarray(attention, np.float64)[:len(target_pieces), :len(source_pieces)][:, kept]
     summed = np.zeros([target_words[-1] + 1, source_words[-1] + 1])
-    np.add.at(summed, (np.asarray(target_words)[:, None], np.asarray(source_words)[None, :]),
-              rows)
+    np.add.at(summed, (np.asarray(target_words)[:, None], source_words[kept][None, :]), rows)
     return [(int(source), target) for target, source in enumerate(summed.argmax(axis=1))]
 
 

@@ -8,8 +8,10 @@ pieces of each word; a target word is aligned to the source word it attends to m
     alignment_head_count(config) -> how many of its heads, from head 0, are averaged
     target_attention(model, source_ids, target_ids) -> float32 [batch, target, source]
     piece_words(ids, starts_word) -> int32 [batch, time]: each piece's word, -1 for none
-    word_alignment(attention, source_ids, target_ids, starts_word) -> int32 [batch, words]
-    align_targets(model, source_ids, target_ids, starts_word) -> string [batch] "I-J ..."
+    word_alignment(attention, source_ids, target_ids, starts_word, skip_source_words=0)
+        -> int32 [batch, words]
+    align_targets(model, source_ids, target_ids, starts_word, skip_source_words=0)
+        -> string [batch] "I-J ..."
 
 The layer is the penultimate one (the only one of a one-layer decoder): of a Transformer's
 layers, its averaged cross-attention agrees best with human alignments (Garg et al., 2019,
@@ -22,7 +24,9 @@ A word is a piece that starts one (`starts_word`: by id, the pieces that begin w
 word-boundary mark or are a space byte) and the pieces after it up to the next such piece; the
 first real piece starts a word whatever it is. On text that SentencePiece wrote these are its
 whitespace-separated words. PAD, BOS and EOS belong to no word, so no word is aligned to the
-source's EOS.
+source's EOS. A multilingual model's source begins with its target-language token
+(`keras_transformer.languages`), a word of its own that is not the line's: with
+`skip_source_words=1` it is aligned to nothing and the line's words count from 0.
 
 Example:
     starts_word = word_starts(spm_model_proto)  # bool [vocab] (export.translator.align)
@@ -76,13 +80,17 @@ def piece_words(ids: tf.Tensor, starts_word: tf.Tensor) -> tf.Tensor:
 
 
 def word_alignment(attention: tf.Tensor, source_ids: tf.Tensor, target_ids: tf.Tensor,
-                   starts_word: tf.Tensor) -> tf.Tensor:
+                   starts_word: tf.Tensor, skip_source_words: int = 0) -> tf.Tensor:
     """int32 [batch, target words]: for each target word, the source word with the highest
     attention summed over both words' pieces; -1 past a row's last word and in a row whose
     source has no word. attention: float32 [batch, target, source] (`target_attention`).
-    The sums are float32 whatever the model's dtype, under the name scope `word_alignment`."""
+    The source's first `skip_source_words` words belong to no word (a multilingual model's
+    target-language token). The sums are float32 whatever the model's dtype, under the name
+    scope `word_alignment`."""
     with tf.name_scope("word_alignment"):
         source_words = piece_words(source_ids, starts_word)  # [batch, source]
+        source_words = tf.where(source_words >= skip_source_words,
+                                source_words - skip_source_words, -1)  # [batch, source]
         target_words = piece_words(target_ids, starts_word)  # [batch, target]: attention's rows
         # At least one source column, for argmax where no source has a word (an empty batch's
         # maximum is the smallest int32).
@@ -98,12 +106,13 @@ def word_alignment(attention: tf.Tensor, source_ids: tf.Tensor, target_ids: tf.T
 
 
 def align_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tensor,
-                  starts_word: tf.Tensor) -> tf.Tensor:
+                  starts_word: tf.Tensor, skip_source_words: int = 0) -> tf.Tensor:
     """string [batch]: `I-J ...`, source word I aligned to target word J, a pair per target
     word in order ("" where either side has no word). source_ids: pieces, EOS, PAD;
     target_ids: pieces then PAD, of at most the model's max_length pieces (its positions:
     the steps that predict them; a search's longest output without its EOS), checked in the
-    graph (InvalidArgumentError); `starts_word`: bool [vocab]."""
+    graph (InvalidArgumentError); `starts_word`: bool [vocab]; the source's first
+    `skip_source_words` words are not the line's (`word_alignment`)."""
     target_ids = tf.cast(target_ids, tf.int32)
     max_length = model.model_config.max_length
     pieces = tf.reduce_sum(tf.cast(target_ids != PAD_ID, tf.int32), axis=1)  # [batch]
@@ -115,7 +124,8 @@ def align_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tens
         no_time = tf.maximum(0, 1 - tf.shape(target_ids)[1])
         target_ids = tf.pad(target_ids[:, :max_length], [[0, 0], [0, no_time]])
     attention = target_attention(model, source_ids, target_ids)  # [batch, time, source]
-    source_words = word_alignment(attention, source_ids, target_ids, starts_word)  # [b, w]
+    source_words = word_alignment(attention, source_ids, target_ids, starts_word,
+                                  skip_source_words)  # [batch, target words]
     target_words = tf.strings.as_string(tf.range(tf.shape(source_words)[1]))  # [words]
     pairs = tf.strings.join([tf.strings.as_string(source_words), "-",
                              tf.broadcast_to(target_words, tf.shape(source_words))])

@@ -14,8 +14,10 @@ pipelines/corpus/tags.py) start with a letter, so they never look like a languag
 Example:
     >>> language_token("fr"), language_of_token("<2pt-BR>"), language_problem("French")
     ('<2fr>', 'pt-BR', "a language is a code such as fr, de or pt-BR, got 'French'")
-    >>> with_language("Hello.", "fr")
-    '<2fr> Hello.'
+    >>> with_language("Hello.", "fr"), split_language("<2fr> Hello.")
+    ('<2fr> Hello.', ('fr', 'Hello.'))
+    >>> target_language_problem("es", ("fr", "de"))
+    "target language 'es': the model translates into fr, de (its target-language tokens)"
 """
 from __future__ import annotations
 
@@ -71,3 +73,20 @@ def missing_language_message(known: Sequence[str]) -> str:
     """The one line for a multilingual model asked to translate with no target language."""
     return (f"this model is multilingual: give a target language for every line (one of "
             f"{', '.join(known)})")
+
+
+def target_language_problem(language: str | None, known: Sequence[str]) -> str | None:
+    """Why a model translating into `known` (() for a bilingual model) cannot be asked for
+    `language` (None: no target language given), or None: the one check of every entry point
+    that takes a target language (the CLI, the runtimes' line methods)."""
+    if language is None:
+        return missing_language_message(known) if known else None
+    return None if language in known else unknown_language_message(language, known)
+
+
+def split_language(source: str) -> tuple[str | None, str]:
+    """(target language, text) of a source as `with_language` wrote it; (None, source) when it
+    does not begin with a language token (a bilingual model's)."""
+    token, _, text = source.partition(" ")
+    language = language_of_token(token)
+    return (language, text) if language else (None, source)

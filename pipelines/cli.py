@@ -68,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     translate.add_argument("--runtime", choices=("tf", "onnx", "ct2"),
                            help="TensorFlow (SavedModel), ONNX Runtime or CTranslate2 (default: "
                            "tf if found)")
+    translate.add_argument("--target-lang", metavar="LANG",
+                           help="the language to translate into (a multilingual model's, e.g. "
+                           "fr; required for one, refused for a bilingual model)")
     translate.add_argument("--beam", type=int, help="beam size (default: the exported one)")
     translate.add_argument("--batch-size", type=int, default=32)
     translate.add_argument("--n-best", type=int, metavar="N",
@@ -121,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     score.add_argument("--runtime", choices=("tf", "onnx", "ct2"),
                        help="the SavedModel's score signature, ONNX Runtime (score.onnx) or "
                        "CTranslate2 (default: tf if found)")
+    score.add_argument("--target-lang", metavar="LANG",
+                       help="the translations' language (a multilingual model's, e.g. fr; "
+                       "required for one, refused for a bilingual model)")
     score.add_argument("--tokens", action="store_true",
                        help="a third column: each target piece and </s> as PIECE=LOG_PROB")
     score.add_argument("--batch-size", type=int, default=32)

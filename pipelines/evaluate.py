@@ -14,7 +14,8 @@ from pathlib import Path
 
 import sacrebleu
 
-from keras_transformer.languages import language_of_token
+from export.lines import translate_prepared
+from keras_transformer.languages import split_language
 from pipelines import InputError
 from pipelines.config import PipelineConfig
 from pipelines.files import atomic_open, check_writable, read_lines, write_lines_atomic
@@ -88,7 +89,10 @@ def evaluate(config: PipelineConfig, checkpoint: str | None = None,
     settings = config.evaluate
     translator = run_translator(config, model)
     start = time.perf_counter()
-    hypotheses = translator.translate_lines(sources, batch_size=settings.batch_size)
+    hypotheses = translate_prepared(  # a multilingual model's lines into their token's
+        lambda texts, language: translator.translate_lines(texts, settings.batch_size,
+                                                           language),
+        sources, translator.target_languages)
     seconds = time.perf_counter() - start
     hypotheses_path = paths.hypotheses(split)
     write_lines_atomic(hypotheses_path, hypotheses)
@@ -111,7 +115,7 @@ def language_scores(sources: list[str], hypotheses: list[str], references: list[
     source has a token (a bilingual model)."""
     lines: dict[str, list[int]] = {}
     for number, source in enumerate(sources):
-        language = language_of_token(source.split(" ", 1)[0])
+        language, _ = split_language(source)
         if language:
             lines.setdefault(language, []).append(number)
     return {language: {

@@ -257,7 +257,9 @@ def run(config: PipelineConfig, *, start: str | None = None, only: str | None = 
 
 def report(config: PipelineConfig, examples: int = 3) -> str:
     """What a run produced: scores, training speed, exported files, and the first test
-    sentences translated by each exported runtime."""
+    sentences translated by each exported runtime (a multilingual model's into the language
+    of their token, `keras_transformer.languages`)."""
+    from export.lines import translate_prepared
     from export.loading import RUNTIME_FORMATS, open_translator
 
     paths = RunPaths(config.run_path)
@@ -293,8 +295,12 @@ def report(config: PipelineConfig, examples: int = 3) -> str:
         lines.append(f"  exports   {paths.ctranslate2}/{{float32,int8}} (CTranslate2)")
     with open(paths.split("test")[0], encoding="utf-8") as file:
         sources = [line.rstrip("\n") for line, _ in zip(file, range(examples))]
-    translations = {runtime: open_translator(paths.export, runtime).translate_lines(sources)
-                    for runtime in runtimes}
+    translations = {}
+    for runtime in runtimes:
+        translator = open_translator(paths.export, runtime)
+        translations[runtime] = translate_prepared(
+            lambda texts, language: translator.translate_lines(texts, target_lang=language),
+            sources, translator.metadata.target_languages)
     for index, source in enumerate(sources):
         lines.append(f"  source    {source}")
         lines += [f"  {runtime:<9} {translations[runtime][index]}" for runtime in runtimes]

@@ -6,7 +6,9 @@ Pairs come from two files of parallel lines or one TSV file (SOURCE<TAB>TARGET, 
 each output line is `SCORE<TAB>LOG_PROB`, and with --tokens a third column of
 `PIECE=LOG_PROB` items, the target's pieces then `</s>`. SCORE is the log-probability divided
 by the GNMT length penalty, as `translate` scores its own translations
-(docs/scoring-and-sampling.md, "Scoring translations").
+(docs/scoring-and-sampling.md, "Scoring translations"). A multilingual model scores
+translations into `--target-lang` (required for one, refused for a bilingual model:
+`pipelines.translate_command.check_target_lang`).
 Files are read through once before any work, so that a bad pair (no tab, another line count,
 a target longer than the model accepts) stops the command before it writes anything; output
 streams a window at a time and `--output FILE` continues an interrupted job.
@@ -25,6 +27,7 @@ from typing import Iterator
 from pipelines import InputError
 from pipelines.progress import PassProgress
 from pipelines.startup import import_tensorflow_quietly
+from pipelines.translate_command import check_target_lang
 from pipelines.translate_stream import InputLines, resumed_output, translate_windows
 
 
@@ -39,10 +42,11 @@ def score_command(args: argparse.Namespace) -> int:
         if name != "-" and not Path(name).is_file():
             raise InputError(f"{name}: {'a directory' if Path(name).is_dir() else 'no such file'}")
     runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
+    check_target_lang(args.target_lang, runtime, directory)
     metadata_file, spm_model = export_files(runtime, directory)
     metadata = ExportMetadata.read(metadata_file)
     checker = PairChecker(spm_model, metadata.settings.max_source_pieces,
-                          metadata.model.max_length)
+                          metadata.model.max_length, args.target_lang)
     if args.source != "-":  # read through once: nothing is written for a bad input
         for _ in checked_pairs(args, checker):
             pass
@@ -63,8 +67,8 @@ def score_command(args: argparse.Namespace) -> int:
                     if args.progress or sys.stderr.isatty() else None)
 
         def score_window(pairs: list[tuple[str, str]], first: int) -> list[str]:
-            return [format_score(score, checker, args.tokens)
-                    for score in scorer.score_pairs(pairs, args.batch_size)]
+            return [format_score(score, checker, args.tokens) for score in
+                    scorer.score_pairs(pairs, args.batch_size, target_lang=args.target_lang)]
 
         def report(count: int) -> None:
             if progress:
@@ -86,9 +90,11 @@ def score_command(args: argparse.Namespace) -> int:
 
 class PairChecker:
     """Refuses a pair the model would score only cut: a source of more pieces than the export
-    reads, a target of more than the model scores."""
+    reads (a multilingual model's language token included), a target of more than the model
+    scores."""
 
-    def __init__(self, spm_model: Path, max_source_pieces: int, model_max_length: int) -> None:
+    def __init__(self, spm_model: Path, max_source_pieces: int, model_max_length: int,
+                 target_lang: str | None = None) -> None:
         import sentencepiece as spm
 
         from keras_transformer.decoding_settings import max_target_pieces
@@ -96,10 +102,12 @@ class PairChecker:
         self.processor = spm.SentencePieceProcessor(model_file=str(spm_model))
         self.source_limit = max_source_pieces  # then EOS
         self.target_limit = max_target_pieces(model_max_length)
+        self.target_lang = target_lang
 
     def check(self, source: str, target: str, where: tuple[str, str]) -> None:
-        from export.lines import normalize_spaces
+        from export.lines import language_line, normalize_spaces
 
+        source = language_line(source, self.target_lang)
         for text, limit, side, place in ((source, self.source_limit, "source", where[0]),
                                          (target, self.target_limit, "target", where[1])):
             pieces = len(self.processor.encode(normalize_spaces(text)))

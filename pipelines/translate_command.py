@@ -4,9 +4,12 @@ target prefixes where the SavedModel gives them, word alignments and markup carr
 (`pipelines.translate_markup`); bad options are refused before any work.
 Input of any size streams through a window at a time (`pipelines.translate_stream`), with a
 progress line on stderr on a terminal (or with --progress).
+A multilingual model (`keras_transformer.languages`) translates every line into
+`--target-lang`, which it requires and a bilingual model refuses (`check_target_lang`).
 
 Example:
     $ keras-transformer translate runs/demo/export --runtime onnx < news.en > news.fr
+    $ keras-transformer translate runs/multi/export --target-lang de < news.en > news.de
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from typing import Callable
 
 from export.scores import token_column
 from keras_transformer.decoding_settings import DecodingSettingsError, SamplingSettings
+from keras_transformer.languages import target_language_problem
 from pipelines import InputError
 from pipelines.gpu import warn_unused_gpu_driver
 from pipelines.progress import PassProgress
@@ -44,6 +48,7 @@ def translate_command(args: argparse.Namespace) -> int:
     if output is not None and output.is_dir():
         raise InputError(f"--output {output}: a directory, not a file")
     runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
+    check_target_lang(args.target_lang, runtime, directory)
     if args.n_best is not None:
         _check_n_best(args.n_best, runtime, directory, args.beam)
     pieces = _check_scores(args, runtime, directory)
@@ -73,10 +78,11 @@ def translate_command(args: argparse.Namespace) -> int:
             translator.check_output("translate_terms" if glossary else "translate_aligned",
                                     "alignment")
         termed = None if glossary is None else GlossaryTranslator(
-            translator, glossary, "stdin" if args.input == "-" else args.input, args.batch_size)
+            translator, glossary, "stdin" if args.input == "-" else args.input, args.batch_size,
+            args.target_lang)
         cut, translate = _noting_cut_lines(
             _window_translator(translator, args, prefixes, pieces, sampling, termed), runtime,
-            directory)
+            directory, args.target_lang)
         with resumed_output(output, args.n_best or 1) as (done, out):
             if done:
                 print(f"keras-transformer translate: {output} holds {done:,} translated "
@@ -100,13 +106,30 @@ def translate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _noting_cut_lines(translate: TranslateWindow, runtime: str,
-                      directory: Path) -> tuple[LineNotes, TranslateWindow]:
+def check_target_lang(target_lang: str | None, runtime: str, directory: Path) -> None:
+    """Refuses, before any work, a --target-lang the export cannot translate into (a code it
+    does not know; any code for a bilingual model) and none for a multilingual model.
+
+    Raises:
+        InputError: `keras_transformer.languages.target_language_problem`'s line.
+    """
+    from export.loading import export_files
+    from export.metadata import ExportMetadata
+
+    known = ExportMetadata.read(export_files(runtime, directory)[0]).target_languages
+    problem = target_language_problem(target_lang, known)
+    if problem:
+        raise InputError(f"--target-lang: {problem}")
+
+
+def _noting_cut_lines(translate: TranslateWindow, runtime: str, directory: Path,
+                      target_lang: str | None) -> tuple[LineNotes, TranslateWindow]:
     """`translate`, noting each line longer than the export reads (the graphs translate its
-    first `DecodingSettings.max_source_pieces`) for the summary at the end."""
+    first `DecodingSettings.max_source_pieces`, a multilingual model's language token
+    included) for the summary at the end."""
     import sentencepiece as spm
 
-    from export.lines import normalize_spaces
+    from export.lines import language_line, normalize_spaces
     from export.loading import export_files
     from export.metadata import ExportMetadata
 
@@ -118,7 +141,7 @@ def _noting_cut_lines(translate: TranslateWindow, runtime: str,
 
     def noting(lines: list[str], first: int) -> list[str]:
         for index, line in enumerate(lines):
-            if len(processor.encode(normalize_spaces(line))) > limit:
+            if len(processor.encode(normalize_spaces(language_line(line, target_lang)))) > limit:
                 cut.add(first + index + 1)
         return translate(lines, first)
 
@@ -133,37 +156,38 @@ def _window_translator(translator, args: argparse.Namespace, prefixes: list[str]
     their glossary terms with `termed`),
     `SCORE<TAB>TRANSLATION` rows with --scores (and `<TAB>PIECE=LOG_PROB ...` with `pieces`:
     id -> piece), n-best rows `LINE ||| TEXT ||| SCORE` (LINE counting input lines from 0), or
-    translations that begin with their prefixes."""
+    translations that begin with their prefixes; all into --target-lang."""
+    batch = {"batch_size": args.batch_size, "target_lang": args.target_lang}
+
     def translate(lines: list[str], first: int) -> list[str]:
         if args.alignments or args.markup:
             return aligned_rows(
                 partial(termed.aligned_lines, first=first) if termed else
-                partial(translator.aligned_lines, batch_size=args.batch_size),
+                partial(translator.aligned_lines, **batch),
                 lines, args.markup, args.alignments)
         if sampling is not None and not (args.scores or pieces):
             return [text + "\n" for text, _ in translator.sampled_lines(
-                lines, sampling, first, args.batch_size)]
+                lines, sampling, first, **batch)]
         if args.scores or pieces or termed:
             scored = (termed.scored_lines(lines, first) if termed else
-                      translator.sampled_lines(lines, sampling, first, args.batch_size)
-                      if sampling else translator.scored_lines(lines, args.batch_size))
+                      translator.sampled_lines(lines, sampling, first, **batch)
+                      if sampling else translator.scored_lines(lines, **batch))
             if not (args.scores or pieces):
                 return [text + "\n" for text, _ in scored]
             rows = [f"{score:.4f}\t{text}" for text, score in scored]
             if pieces:
                 pairs = [(line, text) for line, (text, _) in zip(lines, scored)]
                 rows = [f"{row}\t{token_column(score, pieces)}" for row, score in
-                        zip(rows, translator.score_pairs(pairs, args.batch_size))]
+                        zip(rows, translator.score_pairs(pairs, **batch))]
             return [row + "\n" for row in rows]
         if prefixes is not None:
             return [text + "\n" for text in translator.prefixed_lines(
-                lines, prefixes[first:first + len(lines)], args.batch_size)]
+                lines, prefixes[first:first + len(lines)], **batch)]
         if args.n_best is None:
-            return [text + "\n" for text in translator.translate_lines(lines, args.batch_size)]
+            return [text + "\n" for text in translator.translate_lines(lines, **batch)]
         return ["".join(f"{first + index} ||| {text} ||| {score:.4f}\n"
                         for text, score in hypotheses[:args.n_best])
-                for index, hypotheses in enumerate(translator.nbest_lines(lines,
-                                                                          args.batch_size))]
+                for index, hypotheses in enumerate(translator.nbest_lines(lines, **batch))]
 
     return translate
 
@@ -257,7 +281,7 @@ def _read_prefixes(path: Path, lines: list[str], runtime: str, directory: Path,
     Raises:
         InputError: no such file, an ONNX export, --n-best too, or `prefix_problem`'s.
     """
-    from export.lines import prefix_problem
+    from export.lines import language_line, prefix_problem
     from export.metadata import SAVED_MODEL_EXTRA, SPM_FILE, saved_model_metadata
 
     if not path.is_file():
@@ -267,7 +291,8 @@ def _read_prefixes(path: Path, lines: list[str], runtime: str, directory: Path,
                          "prefixes; not with --runtime onnx or --n-best")
     with open(path, "rb") as file:
         prefixes = list(InputLines(file))
-    problem = prefix_problem(lines, prefixes, directory / SAVED_MODEL_EXTRA / SPM_FILE,
+    problem = prefix_problem([language_line(line, args.target_lang) for line in lines],
+                             prefixes, directory / SAVED_MODEL_EXTRA / SPM_FILE,
                              saved_model_metadata(directory))
     if problem:
         raise InputError(f"--prefix-file {path}: {problem}")

@@ -53,11 +53,12 @@ class GlossaryTranslator:
     whose terms did not fit its output limit or are missing from its translation."""
 
     def __init__(self, translator: Any, glossary: Glossary, input_name: str,
-                 batch_size: int) -> None:
+                 batch_size: int, target_lang: str | None = None) -> None:
         self.translator = translator
         self.glossary = glossary
         self.input_name = input_name
         self.batch_size = batch_size
+        self.target_lang = target_lang  # a multilingual model's, for every line
 
     def scored_lines(self, lines: list[str], first: int) -> list[tuple[str, float]]:
         """(translation, score) of each line of a window whose first line is line first + 1."""
@@ -70,11 +71,13 @@ class GlossaryTranslator:
     def termed(self, lines: list[str], first: int) -> list[TermTranslation]:
         """Each line of a window whose first line is line first + 1 translated with its
         terms; the lines whose terms did not fit or are missing said on stderr."""
+        from export.translator.signatures import in_language
         from export.translator.terms import termed_in_batches
 
         terms = [self.glossary.target_terms(line) for line in lines]
-        results = termed_in_batches(self.translator.translate_terms, lines, terms,
-                                    self.batch_size)
+        translate_terms = in_language(self.translator.translate_terms, self.target_lang,
+                                      self.translator.target_languages)
+        results = termed_in_batches(translate_terms, lines, terms, self.batch_size)
         for index, (line_terms, result) in enumerate(zip(terms, results)):
             problem = term_problem(line_terms, result)
             if problem:

@@ -40,10 +40,11 @@ from pipelines.corpus.prepare import PrepareSummary, prepare  # noqa: E402
 # down to 10 s); every other file after them, in collection order. xdist's loadfile hands files
 # out in this order (the Makefile's --no-loadscope-reorder: xdist's own order is by the number
 # of tests in a file), so long files start early and short ones fill the end. test_export
-# comes first: it builds the shared export fixtures that 18 other files use.
+# comes first: it builds the shared export fixtures that 18 other files use; test_multilingual
+# builds its own export (multilingual_export), about 150 s of one worker with its tests.
 SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
-    "test_export.py", "test_distributed.py", "test_train.py", "test_xla_saved_model.py",
-    "test_budget.py", "test_run.py", "test_faults.py", "test_terminology.py",
+    "test_export.py", "test_multilingual.py", "test_distributed.py", "test_train.py",
+    "test_xla_saved_model.py", "test_budget.py", "test_run.py", "test_faults.py", "test_terminology.py",
     "test_saved_model.py", "test_model.py", "test_serving.py", "test_translate.py",
     "test_data.py", "test_fine_tune.py", "test_onnx.py", "test_static_search.py",
     "test_model_size.py", "test_guided_alignment.py", "test_best_checkpoints.py",
@@ -51,7 +52,7 @@ SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
 
 
 # The fixtures that prepare, train or export a run (every fixture built on them is too).
-RUN_FIXTURES = {"demo_run", "export_config", "trained_tiny_run"}
+RUN_FIXTURES = {"demo_run", "export_config", "trained_tiny_run", "multilingual_export"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -214,6 +215,33 @@ def exported(export_config: Path, tmp_path_factory: pytest.TempPathFactory):
             load_config(export_config))))
 
     directory = shared_directory(tmp_path_factory, "exported", build)
+    return pickle.loads((directory / "summary.pickle").read_bytes())
+
+
+LANGUAGE_TOKENS = ("<2fr>", "<2de>")  # multilingual_export's target languages, fr and de
+
+
+@pytest.fixture(scope="session")
+def multilingual_export(tmp_path_factory: pytest.TempPathFactory):
+    """`export_run` of a multilingual run: an untrained tiny model whose vocabulary holds the
+    language tokens <2fr> and <2de> (user symbols), decoding greedily (evaluate.beam_size 1,
+    so that CTranslate2's search is the graphs'): a SavedModel version, the ONNX and
+    CTranslate2 models (about 45 s)."""
+    import yaml
+
+    from export.translator import Translator
+    from export_helpers import make_model, train_spm, write_run
+    from pipelines.export import export_run
+
+    def build(directory: Path) -> None:
+        model_proto = train_spm(directory, LANGUAGE_TOKENS)
+        config = write_run(directory, Translator(make_model(model_proto), model_proto))
+        values = yaml.safe_load(config.read_text())
+        config.write_text(yaml.safe_dump({**values, "evaluate": {"beam_size": 1}}))
+        (directory / "summary.pickle").write_bytes(pickle.dumps(export_run(
+            load_config(config))))
+
+    directory = shared_directory(tmp_path_factory, "multilingual_export", build)
     return pickle.loads((directory / "summary.pickle").read_bytes())
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Sequence
 
 import keras
 import numpy as np
@@ -35,11 +36,11 @@ def corpus(count: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choices(WORDS, k=rng.randint(1, 10))) for _ in range(count)]
 
 
-def train_spm(directory: Path) -> bytes:
-    """A 300-piece BPE model of the corpus."""
+def train_spm(directory: Path, user_symbols: Sequence[str] = ()) -> bytes:
+    """A 300-piece BPE model of the corpus (with `user_symbols`, e.g. language tokens)."""
     path = directory / "corpus.txt"
     path.write_text("\n".join(corpus(400)) + "\n", encoding="utf-8")
-    return train_sentencepiece([path], vocab_size=300, seed=0)
+    return train_sentencepiece([path], vocab_size=300, seed=0, user_symbols=user_symbols)
 
 
 def make_model(model_proto: bytes, steps: int = 0, seed: int = 0,

@@ -53,6 +53,24 @@ def test_a_target_word_takes_the_source_word_of_most_attention_summed_over_piece
         parse_alignment("0-0 1:2")
 
 
+def test_a_multilingual_sources_language_token_is_no_word_of_the_line():
+    """Source `▁ <2fr> ▁a b ▁c`: the token's word (0) left out in the graph and in Python, the
+    line's words counted from 0, whatever attention the token draws."""
+    pieces = ["<pad>", "<unk>", "<s>", "</s>", "<2fr>", "▁", "▁a", "b", "▁c", "▁x", "▁y"]
+    starts = tf.constant([starts_word(piece) for piece in pieces])
+    source, target = ["▁", "<2fr>", "▁a", "b", "▁c"], ["▁x", "▁y"]
+    attention = np.array([[0.1, 0.5, 0.1, 0.0, 0.3, 0.0],    # ▁x: the token, then ▁c
+                          [0.0, 0.2, 0.3, 0.3, 0.2, 0.0]])  # ▁y: ▁a b
+    ids = [[pieces.index(piece) for piece in source] + [EOS_ID]]
+    target_ids = [[pieces.index(piece) for piece in target]]
+    for skip, expected in [(0, [(0, 0), (1, 1)]), (1, [(1, 0), (0, 1)])]:
+        graph = alignment.word_alignment(tf.constant([attention], tf.float32), tf.constant(ids),
+                                         tf.constant(target_ids), starts, skip).numpy()
+        assert list(enumerate(graph[0])) == [(target, source) for source, target in expected]
+        assert align_words(attention, source, target, skip) == expected
+    assert align_words(attention, ["▁", "<2fr>"], target, 1) == []  # a blank line's token
+
+
 def test_the_graph_follows_the_python_rules_on_the_models_attention(export_translator):
     translations = export_translator.translate_lines(SENTENCES)
     served = export_translator.align(text=tf.constant(SENTENCES),

@@ -88,11 +88,13 @@ def test_translate_warns_in_one_line(driver_without_gpu, monkeypatch, tmp_path, 
 
     (tmp_path / "saved_model.pb").write_bytes(b"")
     (tmp_path / "lines.txt").write_text("bird\n")
-    translator = types.SimpleNamespace(translate_lines=lambda lines, batch: [s.upper()
-                                                                            for s in lines])
+    translator = types.SimpleNamespace(
+        translate_lines=lambda lines, batch_size, target_lang: [s.upper() for s in lines])
     monkeypatch.setattr(export.loading, "open_translator", lambda *args: translator)
-    monkeypatch.setattr(translate_command, "_noting_cut_lines",  # it reads the export's files
+    # These read the export's files.
+    monkeypatch.setattr(translate_command, "_noting_cut_lines",
                         lambda translate, *args: (LineNotes(""), translate))
+    monkeypatch.setattr(translate_command, "check_target_lang", lambda *args: None)
     assert main(["translate", str(tmp_path), str(tmp_path / "lines.txt")]) == 0
     output = capsysbinary.readouterr()
     assert (output.out, output.err.decode()) == (b"BIRD\n", _warning("translate", "translating"))

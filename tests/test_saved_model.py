@@ -17,11 +17,13 @@ import export
 from export.metadata import ExportMetadata, saved_model_metadata
 from export.saved_model import WARMUP_FILE, export_saved_model
 from export.translator import Translator
-from export.translator.signatures import (SIGNATURES, checked_inputs, input_specs,
-                                          unchecked_ranks)
+from export.translator.signatures import (SIGNATURES, TARGET_LANG, checked_inputs,
+                                          checked_languages, input_specs, signatures,
+                                          unchecked_inputs)
 from export.versions import latest_version, publish_version, staging_directory, versions
 from export_helpers import SENTENCES
 from keras_transformer.decoding_settings import DecodingSettings
+from keras_transformer.languages import unknown_language_message
 from op_audit import compiled_functions, op_audit, serving_registry_problems
 
 @pytest.fixture(scope="module")
@@ -60,15 +62,41 @@ def test_reloaded_signatures_refuse_an_input_of_another_rank_naming_it(loaded):
 
 def test_ranks_are_checked_in_the_graph_except_for_onnx() -> None:
     """The check's ops are traced into a signature's graph, and left out within
-    unchecked_ranks() (the ONNX export's trace: ONNX Runtime checks ranks itself)."""
+    unchecked_inputs() (the ONNX export's trace: ONNX Runtime checks ranks itself)."""
     def op_types() -> set[str]:
         function = tf.function(lambda ids: checked_inputs("translate_ids", ids)[0] + 1,
                                input_signature=input_specs("translate_ids"))
         return {op.type for op in function.get_concrete_function().graph.get_operations()}
 
-    with unchecked_ranks():
+    with unchecked_inputs():
         unchecked = op_types()
     assert {"Assert", "ParseTensor"} <= op_types() - unchecked
+
+
+def test_a_multilingual_table_adds_target_lang_checked_in_the_graph_except_for_onnx():
+    """signatures(()) is SIGNATURES (bilingual exports unchanged); a multilingual table adds
+    target_lang last to each signature that reads text, warmed up in the first language;
+    checked_languages names the first unknown code (TF's Assert escapes its quotes), and is
+    left out within unchecked_inputs()."""
+    assert signatures(()) is SIGNATURES
+    table = signatures(("fr", "de"))
+    for name, signature in table.items():
+        reads_text = SIGNATURES[name].inputs[0].name == "text"
+        assert signature.inputs == SIGNATURES[name].inputs + (TARGET_LANG,) * reads_text, name
+    lines = np.array(["a", "b"], object)
+    assert list(table["score"].warmup(lines, None)["target_lang"]) == ["fr", "fr"]
+    check = tf.function(lambda codes: checked_languages(codes, ("fr", "de")),
+                        input_signature=[TARGET_LANG.spec])
+    assert list(check(tf.constant(["de", "fr"])).numpy()) == [b"de", b"fr"]
+    message = unknown_language_message("es", ("fr", "de")).replace("'", "\\'")
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=re.escape(f"assertion failed: [{message}]")):
+        check(tf.constant(["fr", "es", "it"]))
+    with unchecked_inputs():
+        unchecked = tf.function(lambda codes: checked_languages(codes, ("fr",)),
+                                input_signature=[TARGET_LANG.spec])
+        ops = {op.type for op in unchecked.get_concrete_function().graph.get_operations()}
+    assert "Assert" not in ops
 
 
 def test_signatures_take_and_give_what_the_table_says(loaded):

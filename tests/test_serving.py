@@ -89,6 +89,8 @@ def test_bad_input_is_served_without_error(server, export_translator):
 def test_rest_payload_is_columnar():
     assert rest_payload(["a", "b"]) == {"signature_name": "serving_default",
                                         "inputs": {"text": ["a", "b"]}}
+    assert rest_payload(["a", "b"], "fr")["inputs"] == {"text": ["a", "b"],
+                                                        "target_lang": ["fr", "fr"]}
 
 
 def ids_request(server: SessionServer, source_ids: np.ndarray) -> dict[str, np.ndarray]:

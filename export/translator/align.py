@@ -14,7 +14,8 @@ teacher-forced pass over the search's own pieces (its EOS left out), as CTransla
 `return_attention` reads them during its search. `align` aligns a translation that it
 tokenizes again: the same pairs wherever SentencePiece cuts the translation's text into the
 pieces the search chose. A target of more pieces than the model's positions fails the request
-(InvalidArgumentError).
+(InvalidArgumentError). A multilingual model's source words count from its line's first
+(`skip_source_words` 1: its target-language token's word is left out).
 
 Example:
     outputs = aligned_translation(model, spm_model_proto, source_ids, target_ids, score)
@@ -41,27 +42,31 @@ def word_starts(spm_model_proto: bytes) -> tf.Tensor:
 
 
 def alignment_outputs(model: Transformer, spm_model_proto: bytes, source_ids: tf.Tensor,
-                      target_pieces: tf.Tensor) -> dict[str, tf.Tensor]:
+                      target_pieces: tf.Tensor, skip_source_words: int = 0
+                      ) -> dict[str, tf.Tensor]:
     """Graph code: `align`'s outputs of source ids [batch, time] and the given translations'
     pieces [batch, time] (then PAD)."""
     return {"alignment": align_targets(model, source_ids, target_pieces,
-                                       word_starts(spm_model_proto))}
+                                       word_starts(spm_model_proto), skip_source_words)}
 
 
 def search_alignment(model: Transformer, spm_model_proto: bytes, source_ids: tf.Tensor,
-                     target_ids: tf.Tensor) -> tf.Tensor:
+                     target_ids: tf.Tensor, skip_source_words: int = 0) -> tf.Tensor:
     """Graph code: string [batch], the `I-J ...` alignment of each searched translation;
     target_ids [batch, time]: a search's output (pieces, EOS where it ended, PAD)."""
     pieces = tf.where(target_ids == EOS_ID, PAD_ID, target_ids)  # [batch, time]
-    return align_targets(model, source_ids, pieces, word_starts(spm_model_proto))
+    return align_targets(model, source_ids, pieces, word_starts(spm_model_proto),
+                         skip_source_words)
 
 
 def aligned_translation(model: Transformer, spm_model_proto: bytes, source_ids: tf.Tensor,
-                        target_ids: tf.Tensor, score: tf.Tensor) -> dict[str, tf.Tensor]:
+                        target_ids: tf.Tensor, score: tf.Tensor, skip_source_words: int = 0
+                        ) -> dict[str, tf.Tensor]:
     """Graph code: `translate_aligned`'s outputs of the sources [batch, source] and their best
     translations [batch, time] (pieces, EOS, PAD) and scores [batch]."""
     return {**translation_outputs(spm_model_proto, target_ids, score),
-            "alignment": search_alignment(model, spm_model_proto, source_ids, target_ids)}
+            "alignment": search_alignment(model, spm_model_proto, source_ids, target_ids,
+                                          skip_source_words)}
 
 
 def aligned_in_batches(align: Callable[..., dict[str, tf.Tensor]], translations: Sequence[str],

@@ -23,6 +23,14 @@ Translator's `DecodingSettings`):
   which each signature's function calls first; ONNX Runtime: "Invalid rank for input"); so is
   a second input of another batch size.
 
+A multilingual model (language tokens among its SentencePiece model's user symbols:
+`keras_transformer.languages`) gets the signatures of `signatures.signatures(languages)`: each
+function that reads text takes `target_lang` too, one code per line, checked (the rank, one per
+line, a code the model knows: InvalidArgumentError naming it) and joined to its line as the
+language's token (`export.text.language_text`) before the class's own graph code runs; the line
+methods take `target_lang=` (one code for all their lines). A bilingual model's functions are
+the class's, unchanged.
+
 The module tracks the tf.Variables inside the model's Keras variables and holds the model
 untracked: a Keras 3 variable exports as a copy of its tf.Variable, which tf.saved_model.load
 restores but TF Serving's TF1 session loader leaves unset ("Could not find variable"). The
@@ -34,9 +42,11 @@ Example:
     translator = Translator(model, Path("runs/demo/vocab/spm.model").read_bytes(),
                             DecodingSettings(beam_size=4))
     translator.translate_lines(lines, batch_size=32)  # list[str], in the order of `lines`
+    translator.translate_lines(lines, target_lang="fr")  # a multilingual model
 """
 from __future__ import annotations
 
+import inspect
 from typing import Sequence
 
 import tensorflow as tf
@@ -44,22 +54,24 @@ import tensorflow as tf
 from export.lines import scored_in_batches, translate_in_batches
 from export.metadata import ExportMetadata
 from export.scores import Pair, PairScore, score_in_batches
-from export.text import encode_text
+from export.text import encode_text, language_text
 from export.translator.align import (aligned_translation, alignment_outputs,
                                      translated_aligned_in_batches)
 from export.translator.sample import sampled_translation, sampling_checks
 from export.translator.score import score_outputs, scored_batch
-from export.translator.signatures import (SOURCE_IDS, TARGET_PIECES, checked_inputs,
-                                          input_specs)
+from export.translator.signatures import (SOURCE_IDS, TARGET_PIECES, TEXT, Signature,
+                                          checked_inputs, checked_languages, in_language,
+                                          input_specs, signatures, unchecked_inputs)
 from export.translator.terms import termed_translation
 from export.translator.translate import (clean_source_ids, nbest_hypotheses, nbest_outputs,
                                          nbest_pairs, prefix_pieces, prefixed_in_batches,
                                          translated_text, translation_outputs)
 from keras_transformer.compiled_search import compiled_search
 from keras_transformer.decoding_settings import DecodingSettings
+from keras_transformer.languages import target_languages
 from keras_transformer.model import Transformer
 from keras_transformer.sampling import Sampling
-from keras_transformer.tokenizer import PAD_ID, Tokenizer
+from keras_transformer.tokenizer import PAD_ID, Tokenizer, user_symbols
 
 
 class Untracked:
@@ -97,17 +109,60 @@ class Translator(tf.Module):
         self.parallel_searches = parallel_searches
         self._compiled = Untracked(compiled_search(model, self.settings) if xla_max_batch
                                    else None)
+        self._target_languages = Untracked(target_languages(user_symbols(spm_model_proto)))
+        if self.target_languages:  # the functions that read text: the class's, wrapped
+            for name, signature in self.serving_signatures.items():
+                if TEXT in signature.inputs:
+                    self.__dict__[signature.method] = self._multilingual_function(name,
+                                                                                  signature)
 
     @property
     def model(self) -> Transformer:
         return self._model.value
 
+    @property
+    def target_languages(self) -> tuple[str, ...]:
+        """The codes of the model's target-language tokens; () for a bilingual model."""
+        return self._target_languages.value
+
+    @property
+    def language_words(self) -> int:
+        """The source words before a line's own: its target-language token's (1 for a
+        multilingual model), which word alignments leave out."""
+        return int(bool(self.target_languages))
+
+    @property
+    def serving_signatures(self) -> dict[str, Signature]:
+        """The serving contract of this model: `signatures.signatures(target_languages)`."""
+        return signatures(self.target_languages)
+
     def metadata(self) -> ExportMetadata:
-        """The decoding settings, the model config and its Keras dtype policy, as exports
-        record them."""
+        """The decoding settings, the model config, its Keras dtype policy and its target
+        languages, as exports record them."""
         return ExportMetadata(self.settings, self.model.model_config,
                               self.model.dtype_policy.name, self.xla_max_batch,
-                              self.parallel_searches)
+                              self.parallel_searches, self.target_languages)
+
+    def _multilingual_function(self, name: str, signature: Signature
+                               ) -> tf.types.experimental.PolymorphicFunction:
+        """The graph function of signature `name` (which reads text) for a multilingual
+        model: the table's inputs (the class's function's, then target_lang) checked, each
+        line joined to its language's token, then the class's function's graph code."""
+        body = getattr(type(self), signature.method).python_function
+        languages = self.target_languages
+
+        def function(*inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+            text, *others, target_lang = checked_inputs(name, *inputs, languages=languages)
+            with tf.control_dependencies([_same_batch(text, target_lang, "target_lang")]):
+                target_lang = checked_languages(target_lang, languages)
+            with unchecked_inputs():  # checked above
+                return body(self, language_text(text, target_lang, languages), *others)
+
+        function.__signature__ = inspect.Signature(  # the inputs' names, for keyword calls
+            [inspect.Parameter(spec.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+             for spec in signature.inputs])
+        return tf.function(function, input_signature=[spec.spec for spec in signature.inputs],
+                           autograph=False)
 
     @tf.function(input_signature=input_specs("translate_ids"), autograph=False)
     def translate_ids(self, source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -148,7 +203,7 @@ class Translator(tf.Module):
         with tf.control_dependencies([_same_batch(text, terms, "terms")]):
             source_ids = self.encode(text)
         return termed_translation(self.model, self.spm_model_proto, self.settings, source_ids,
-                                  terms)
+                                  terms, self.language_words)
 
     @tf.function(input_signature=input_specs("translate_sample"), autograph=False)
     def translate_sample(self, text: tf.Tensor, top_k: tf.Tensor, top_p: tf.Tensor,
@@ -178,7 +233,8 @@ class Translator(tf.Module):
         `I-J ...`, source word I aligned to target word J (`export.translator.align`). A
         target of more pieces than the model's positions fails the request."""
         return alignment_outputs(self.model, self.spm_model_proto,
-                                 *self.encode_pairs(*checked_inputs("align", text, target)))
+                                 *self.encode_pairs(*checked_inputs("align", text, target)),
+                                 self.language_words)
 
     @tf.function(input_signature=input_specs("translate_aligned"), autograph=False)
     def translate_aligned(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -188,7 +244,7 @@ class Translator(tf.Module):
         source_ids = self.encode(text)  # [batch, source]
         target_ids, score = self.search(source_ids)  # [batch, time]: pieces, EOS, PAD
         return aligned_translation(self.model, self.spm_model_proto, source_ids, target_ids,
-                                   score)
+                                   score, self.language_words)
 
     @tf.function(input_signature=[SOURCE_IDS.spec, TARGET_PIECES.spec], autograph=False)
     def score_ids(self, source_ids: tf.Tensor, target_pieces: tf.Tensor
@@ -204,8 +260,11 @@ class Translator(tf.Module):
             source_ids = self.encode(text)
         return source_ids, Tokenizer(self.spm_model_proto).tokenize(target).to_tensor(PAD_ID)
 
-    def encode(self, text: tf.Tensor) -> tf.Tensor:
-        """Graph code: UTF-8 lines [batch] -> source ids [batch, time]."""
+    def encode(self, text: tf.Tensor, target_lang: tf.Tensor | None = None) -> tf.Tensor:
+        """Graph code: UTF-8 lines [batch] (and a multilingual model's target languages
+        [batch], unchecked) -> source ids [batch, time]."""
+        if target_lang is not None:
+            text = language_text(text, target_lang, self.target_languages)
         return encode_text(text, self.spm_model_proto, self.settings.max_source_length)
 
     def search(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -227,38 +286,50 @@ class Translator(tf.Module):
                                 xla_max_batch=self.xla_max_batch,
                                 parallel_searches=self.parallel_searches)
 
-    def translate_lines(self, lines: Sequence[str], batch_size: int = 32) -> list[str]:
+    # The line methods: `target_lang`, the target language of every line (a multilingual
+    # model's; `signatures.in_language` raises ValueError for a missing or unknown one).
+
+    def translate_lines(self, lines: Sequence[str], batch_size: int = 32,
+                        target_lang: str | None = None) -> list[str]:
         """Translations of `lines` in their order, decoded in batches of similar lengths."""
-        return [text for text, _ in self.scored_lines(lines, batch_size)]
+        return [text for text, _ in self.scored_lines(lines, batch_size, target_lang)]
 
     def prefixed_lines(self, lines: Sequence[str], prefixes: Sequence[str],
-                       batch_size: int = 32) -> list[str]:
+                       batch_size: int = 32, target_lang: str | None = None) -> list[str]:
         """Translations of `lines`, each beginning with its prefix ("": none), in order."""
-        return prefixed_in_batches(self.translate_prefix, lines, prefixes, batch_size)
+        return prefixed_in_batches(self._in_language(self.translate_prefix, target_lang),
+                                   lines, prefixes, batch_size)
 
-    def scored_lines(self, lines: Sequence[str], batch_size: int = 32
-                     ) -> list[tuple[str, float]]:
+    def scored_lines(self, lines: Sequence[str], batch_size: int = 32,
+                     target_lang: str | None = None) -> list[tuple[str, float]]:
         """(translation, score) of each line, in order."""
+        translate = self._in_language(self.translate, target_lang)
         return scored_in_batches(
-            lambda batch: translated_text(self.translate(tf.constant(batch, tf.string))),
+            lambda batch: translated_text(translate(text=tf.constant(batch, tf.string))),
             lines, batch_size)
 
-    def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32) -> list[PairScore]:
+    def score_pairs(self, pairs: Sequence[Pair], batch_size: int = 32,
+                    target_lang: str | None = None) -> list[PairScore]:
         """The score of each (line, translation) pair, in order."""
-        return score_in_batches(lambda batch: scored_batch(self.score, batch), pairs,
-                                batch_size)
+        score = self._in_language(self.score, target_lang)
+        return score_in_batches(lambda batch: scored_batch(score, batch), pairs, batch_size)
 
-    def aligned_lines(self, lines: Sequence[str], batch_size: int = 32
-                      ) -> list[tuple[str, str]]:
+    def aligned_lines(self, lines: Sequence[str], batch_size: int = 32,
+                      target_lang: str | None = None) -> list[tuple[str, str]]:
         """(translation, `I-J ...` word alignment) of each line, in order."""
-        return translated_aligned_in_batches(self.translate_aligned, lines, batch_size)
+        return translated_aligned_in_batches(
+            self._in_language(self.translate_aligned, target_lang), lines, batch_size)
 
-    def nbest_lines(self, lines: Sequence[str], batch_size: int = 32
-                    ) -> list[list[tuple[str, float]]]:
+    def nbest_lines(self, lines: Sequence[str], batch_size: int = 32,
+                    target_lang: str | None = None) -> list[list[tuple[str, float]]]:
         """The final beam of each line, best first: (translation, score) pairs."""
+        translate_nbest = self._in_language(self.translate_nbest, target_lang)
         return translate_in_batches(
-            lambda batch: nbest_pairs(self.translate_nbest(tf.constant(batch, tf.string))),
+            lambda batch: nbest_pairs(translate_nbest(text=tf.constant(batch, tf.string))),
             lines, batch_size)
+
+    def _in_language(self, function, target_lang: str | None):
+        return in_language(function, target_lang, self.target_languages)
 
 
 def _same_batch(text: tf.Tensor, other: tf.Tensor, what: str) -> tf.Operation:

@@ -52,9 +52,11 @@ def ends_term(piece: str) -> bool:
 
 
 def termed_translation(model: Transformer, spm_model_proto: bytes, settings: DecodingSettings,
-                       source_ids: tf.Tensor, terms: tf.Tensor) -> dict[str, tf.Tensor]:
+                       source_ids: tf.Tensor, terms: tf.Tensor, skip_source_words: int = 0
+                       ) -> dict[str, tf.Tensor]:
     """Graph code: `translate_terms`' outputs (module docstring) of source ids [batch, source]
-    and each one's terms string [batch, terms]."""
+    and each one's terms string [batch, terms] (`skip_source_words`: the alignment's,
+    `export.translator.align`)."""
     tokenizer = Tokenizer(spm_model_proto)
     pieces = tokenizer.tokenize(tf.reshape(terms, [-1])).to_tensor(PAD_ID)  # [batch * terms, p]
     term_ids = tf.reshape(pieces, tf.concat([tf.shape(terms), tf.shape(pieces)[1:]], axis=0))
@@ -64,7 +66,7 @@ def termed_translation(model: Transformer, spm_model_proto: bytes, settings: Dec
     return {**translation_outputs(spm_model_proto, decoded.target_ids, decoded.score),
             "terms_fit": decoded.terms_fit, "term_found": decoded.term_found,
             "alignment": search_alignment(model, spm_model_proto, source_ids,
-                                          decoded.target_ids)}
+                                          decoded.target_ids, skip_source_words)}
 
 
 def termed_in_batches(translate_terms: Callable[..., dict[str, tf.Tensor]],

@@ -5,7 +5,7 @@ ships it (`lid.176.ftz`, nothing downloaded), run by fasttext-predict (its infer
 Contract: `language_label` maps a language code of ours (`fr`, `pt-BR`, `zh-Hant`: its primary
 subtag) to the model's label, or None when the model does not know it. `LanguageCheck.pairs`
 streams a corpus's pool pairs in order, each with its reason to be dropped (`source not en`,
-`target not fr`; the source is judged first) or None. A side is in its language (`in_language`)
+`target not fr`; the source is judged first) or None. A side is in its language (`in_languages`)
 when the model's most likely label for its first `PREFIX_CHARS` characters (cut at a space) is
 that language, or else for the whole side (both lowercased): the prefix settles about 98% of
 sides at less than half the cost, and the whole side judges the rest better than any prefix (on
@@ -107,17 +107,32 @@ def checked_languages(source: Source, mode: bool | str) -> Languages:
     return checked[0], checked[1]
 
 
-def in_language(text: str, label: str) -> bool:
-    """Whether the model reads `text` as the language of `label` (`language_label`'s): its
-    prefix, else the whole text."""
-    predict = lid_model().predict
-    label = LABEL_PREFIX + label
-    text = text.lower()
-    if len(text) > PREFIX_CHARS:
-        cut = text.rfind(" ", 0, PREFIX_CHARS + 1)
-        if predict(text[:cut if cut > 0 else PREFIX_CHARS])[0][0] == label:
-            return True
-    return predict(text)[0][0] == label
+def in_languages(texts: list[str], label: str) -> list[bool]:
+    """Whether the model reads each text as the language of `label` (`language_label`'s): its
+    prefix, else the whole text (both lowercased)."""
+    texts = [text.lower() for text in texts]
+    verdicts = [False] * len(texts)
+    long = [index for index, text in enumerate(texts) if len(text) > PREFIX_CHARS]
+    prefixes = []
+    for index in long:
+        cut = texts[index].rfind(" ", 0, PREFIX_CHARS + 1)
+        prefixes.append(texts[index][:cut if cut > 0 else PREFIX_CHARS])
+    for index, found in zip(long, _top_labels(prefixes)):
+        verdicts[index] = found == LABEL_PREFIX + label
+    rest = [index for index, verdict in enumerate(verdicts) if not verdict]
+    for index, found in zip(rest, _top_labels([texts[index] for index in rest])):
+        verdicts[index] = found == LABEL_PREFIX + label
+    return verdicts
+
+
+def _top_labels(texts: list[str]) -> list[str]:
+    """The model's most likely label of each text ("" for none), in one call of its engine's
+    multilinePredict: fasttext-predict 0.9.2.4's `predict` of a list expects the probabilities
+    that its engine's multilinePredict does not return, and one `predict` a text costs 60%
+    more (15.4 against 9.4 us a 40-character text on a Zen 4 core)."""
+    lines = [text.replace("\n", " ") + "\n" for text in texts]
+    return [labels[0] if labels else ""
+            for labels in lid_model().f.multilinePredict(lines, 1, 0.0, "strict")]
 
 
 class LanguageCheck:
@@ -172,12 +187,14 @@ class LanguageCheck:
 
 def _verdicts(pairs: list[PoolPair], labels: Languages) -> bytes:
     """A byte per pair: 0 both sides in the languages of `labels` (`language_label`'s; None:
-    not checked), 1 the source is not, 2 the target is not."""
-    source, target = labels
+    not checked), 1 the source is not, 2 the target is not (judged when the source is)."""
     verdicts = bytearray(len(pairs))
-    for index, (src, tgt, _) in enumerate(pairs):
-        if source and not in_language(src, source):
-            verdicts[index] = 1
-        elif target and not in_language(tgt, target):
-            verdicts[index] = 2
+    for side, (label, verdict) in enumerate(zip(labels, (1, 2))):
+        if label is None:
+            continue
+        undecided = [index for index, value in enumerate(verdicts) if not value]
+        fits = in_languages([pairs[index][side] for index in undecided], label)
+        for index, fit in zip(undecided, fits):
+            if not fit:
+                verdicts[index] = verdict
     return bytes(verdicts)

@@ -219,12 +219,13 @@ def exported(export_config: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 LANGUAGE_TOKENS = ("<2fr>", "<2de>")  # multilingual_export's target languages, fr and de
+CORPUS_TAG = "<bt>"  # and a corpus tag, also a user symbol of its vocabulary
 
 
 @pytest.fixture(scope="session")
 def multilingual_export(tmp_path_factory: pytest.TempPathFactory):
     """`export_run` of a multilingual run: an untrained tiny model whose vocabulary holds the
-    language tokens <2fr> and <2de> (user symbols), decoding greedily (evaluate.beam_size 1,
+    language tokens <2fr> and <2de> and the corpus tag <bt> (user symbols), decoding greedily (evaluate.beam_size 1,
     so that CTranslate2's search is the graphs'): a SavedModel version, the ONNX and
     CTranslate2 models (about 45 s)."""
     import yaml
@@ -234,7 +235,7 @@ def multilingual_export(tmp_path_factory: pytest.TempPathFactory):
     from pipelines.export import export_run
 
     def build(directory: Path) -> None:
-        model_proto = train_spm(directory, LANGUAGE_TOKENS)
+        model_proto = train_spm(directory, LANGUAGE_TOKENS + (CORPUS_TAG,))
         config = write_run(directory, Translator(make_model(model_proto), model_proto))
         values = yaml.safe_load(config.read_text())
         config.write_text(yaml.safe_dump({**values, "evaluate": {"beam_size": 1}}))

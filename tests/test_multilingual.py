@@ -122,6 +122,28 @@ def test_each_line_is_translated_into_its_target_language(loaded, server, model_
     assert parse_response(served)[0] == expected["translation"]
 
 
+def test_a_corpus_tag_reaches_the_model_as_one_id_in_every_runtime(multilingual_export, loaded,
+                                                                     model_proto):
+    """A served line `<bt> ...` (a tagged corpus's style asked for): its tag is one id after
+    the language token, in the SavedModel's graph, translator.onnx and CTranslate2 alike."""
+    line = "<bt> the river and the stone"
+    processor = spm.SentencePieceProcessor(model_proto=model_proto)
+    ids = processor.encode(with_language(line, "de"))
+    assert ids.count(processor.piece_to_id("<bt>")) == 1
+    assert processor.id_to_piece(ids[ids.index(processor.piece_to_id("<bt>")) - 1]) == "▁"
+    expected = loaded.signatures["translate_ids"](source_ids=tf.constant([ids + [EOS_ID]]))
+    served = loaded.signatures["serving_default"](text=tf.constant([line]),
+                                                  target_lang=tf.constant(["de"]))
+    np.testing.assert_allclose(served["score"].numpy(), expected["score"].numpy(), rtol=1e-6)
+    translation = texts(served)
+    assert translation == texts({"translation": Tokenizer(model_proto).detokenize(
+        expected["target_ids"])})
+    assert OnnxTranslator(multilingual_export.onnx, threads=1).translate_lines(
+        [line], target_lang="de") == translation
+    assert CTranslate2Translator(multilingual_export.ctranslate2).translate_lines(
+        [line], target_lang="de") == translation
+
+
 def test_every_text_signature_translates_into_the_language_asked(loaded, model_proto):
     """Each signature that reads text gives what serving_default gives in the same language:
     the n-best list's first, an empty prefix, greedy sampling (top_k 1), no terms; `score`

@@ -175,8 +175,8 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
 def _user_symbols(data: DataConfig) -> list[str]:
     """The pieces the vocabulary keeps whole: the target-language tokens of a multilingual run,
     then the corpus tags, each once, in corpus order."""
-    languages = [language_token(language) for language in data.target_languages()
-                 if data.multilingual()]
+    languages = ([language_token(language) for language in data.target_languages()]
+                 if data.multilingual() else [])
     return languages + list(dict.fromkeys(corpus.tag for corpus in data.corpus_configs()
                                           if corpus.tag))
 

@@ -1,8 +1,8 @@
 """Model hyperparameters and the paper's presets (Table 3), with no TensorFlow import.
 
 `ModelConfig` is frozen and checks every field when made (a ModelConfigError names the field,
-then any field it conflicts with); `from_preset` starts from `tiny`, `small`, `base` or `big`
-(PRESETS) and overrides fields; `to_dict` is what a saved model (`Transformer.get_config`) and
+then any field it conflicts with); `from_preset` starts from `tiny`, `small`, `base`, `big` or
+`student` (PRESETS) and overrides fields; `to_dict` is what a saved model (`Transformer.get_config`) and
 an export's translator.json record.
 
 Example:
@@ -110,7 +110,7 @@ class ModelConfig:
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
-        """The named preset (`tiny`, `small`, `base`, `big`) with fields overridden."""
+        """The named preset (one of PRESETS) with fields overridden."""
         if name not in PRESETS:
             raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
         unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
@@ -134,7 +134,10 @@ def _require_type(config: ModelConfig, name: str, kind: type) -> None:
 
 
 # Table 3 of the paper: base and big (d_k = d_v = d_model / h = 64 in both); tiny and small
-# are scaled-down variants for tests and CPU-sized corpora.
+# are scaled-down variants for tests and CPU-sized corpora; student is the shape of Bergamot's
+# `tiny` students (Bogoychev et al.; the Firefox translation models): a deep encoder, which
+# runs once a sentence, and a 2-layer decoder, which runs at every output step, for a model
+# distilled from a teacher (data.distill_from) and served fast.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(num_encoder_layers=2, num_decoder_layers=2, d_model=64, d_ff=256, num_heads=4,
                  dropout=0.1, label_smoothing=0.1),
@@ -144,4 +147,6 @@ PRESETS: dict[str, dict[str, Any]] = {
                  dropout=0.1, label_smoothing=0.1),
     "big": dict(num_encoder_layers=6, num_decoder_layers=6, d_model=1024, d_ff=4096, num_heads=16,
                 dropout=0.3, label_smoothing=0.1),
+    "student": dict(num_encoder_layers=6, num_decoder_layers=2, d_model=256, d_ff=1536,
+                    num_heads=8, dropout=0.1, label_smoothing=0.1),
 }

@@ -102,13 +102,15 @@ def _identity(path: Path) -> list:
 
 
 def _corpus(config: PipelineConfig, paths: RunPaths) -> list[Path]:
-    """The user's corpus files (sources `files`), and the parent's vocabulary that a fine-tuning
-    run copies (`train.init_from`)."""
+    """The user's corpus files (sources `files`), the parent's vocabulary that a fine-tuning
+    run copies (`train.init_from`) and the files of a distilled run's teacher's export."""
+    from pipelines.corpus.distill import teacher_files
+
     splits = [split for corpus in config.data.corpus_configs()
               for split in (corpus.train, corpus.dev, corpus.test)]
     corpus = [path for split in splits if split for path in (split.src, split.tgt, split.tsv)
               if path]
-    return corpus + [path for path in (parent_vocabulary(config),) if path]
+    return corpus + [path for path in (parent_vocabulary(config),) if path] + teacher_files(config)
 
 
 def _prepared(config: PipelineConfig, paths: RunPaths) -> list[Path]:
@@ -161,7 +163,8 @@ STAGE_NAMES = tuple(stage.name for stage in STAGES)
 ADDED_KEYS = {"data.alignments": "none", "data.corpora": (), "data.dev_test": None,
               "train.guided_alignment_weight": 0.0, "model.alignment_heads": None,
               "train.worker_timeout_minutes": 5.0, "data.noise": None,
-              "data.corpora[].noise": None, "data.language_id": "auto"}
+              "data.corpora[].noise": None, "data.language_id": "auto",
+              "data.distill_from": None, "data.distill_originals": False}
 
 
 def fingerprint(config: PipelineConfig, stage: Stage) -> str:

@@ -172,6 +172,12 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
      "data.language_id", "on needs the languages of every corpus: give data.tgt_lang"),
     ("data: {source: bible:en-fr, language_id: maybe}\n", 2, "data.language_id",
      "must be on, off or auto, got 'maybe'"),
+    ("data:\n  source: bible:en-fr\n  distill_from: []\n", 4, "data.distill_from",
+     "must name a teacher run directory (or a list of them), got an empty list"),
+    ("data:\n  source: bible:en-fr\n  distill_from: [runs/a, runs/a]\n", 4,
+     "data.distill_from[1]", "runs/a is named twice"),
+    ("data:\n  source: bible:en-fr\n  distill_originals: true\n", 4, "data.distill_originals",
+     "keeps the original pairs beside a teacher's translations: give data.distill_from too"),
 ])
 def test_bad_values_name_file_line_key_and_value(tmp_path, body, where, key, value):
     path = write(tmp_path, "name: demo\n" + body)

@@ -58,4 +58,4 @@ def test_unknown_preset_and_field():
 def test_explicit_head_dims_allow_indivisible_width():
     c = ModelConfig.from_preset("tiny", d_model=100, num_heads=8, key_dim=16, value_dim=16)
     assert (c.head_key_dim, c.head_value_dim) == (16, 16)
-    assert set(PRESETS) == {"tiny", "small", "base", "big"}
+    assert set(PRESETS) == {"tiny", "small", "base", "big", "student"}

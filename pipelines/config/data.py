@@ -167,10 +167,16 @@ class DataConfig:
     # auto checks the languages each corpus has (bible:SRC-TGT's, a TFDS builder's, src_lang /
     # tgt_lang), on (true) requires them of every corpus, off (false) checks none.
     language_id: bool | str = "auto"
+    # Sequence-level knowledge distillation (pipelines/corpus/distill.py): the teacher run
+    # whose export translates the train sources, for the student to learn its translations;
+    # with distill_originals the original pairs are trained on too.
+    distill_from: str | tuple[str, ...] | None = None
+    distill_originals: bool = False
 
     def __post_init__(self) -> None:
         self._check_corpora()
         self._check_language_id()
+        self._check_distillation()
         for key, low in (("holdout", 1), ("vocab_size", 300), ("vocab_max_sentences", 1000),
                          ("max_length", 3)):
             if getattr(self, key) < low:
@@ -226,6 +232,30 @@ class DataConfig:
         for corpus in self.corpus_configs():
             first.setdefault(corpus.languages[1], corpus.name)
         return tuple(first.values())
+
+    def teachers(self) -> tuple[str, ...]:
+        """The runs `distill_from` names (one teacher, or several: an ensemble); () when the
+        run is not distilled."""
+        if self.distill_from is None:
+            return ()
+        return (self.distill_from,) if isinstance(self.distill_from, str) else self.distill_from
+
+    def _check_distillation(self) -> None:
+        """`distill_from` naming at least one run, each once; `distill_originals` only with it."""
+        teachers = self.teachers()
+        if self.distill_from is not None and not teachers:
+            raise FieldError("distill_from", "must name a teacher run directory (or a list of "
+                                             "them), got an empty list")
+        for index, teacher in enumerate(teachers):
+            key = "distill_from" if isinstance(self.distill_from, str) else \
+                f"distill_from[{index}]"
+            if not teacher.strip():
+                raise FieldError(key, "must name a teacher run directory, got ''")
+            if teacher in teachers[:index]:
+                raise FieldError(key, f"{teacher} is named twice")
+        if self.distill_originals and not teachers:
+            raise FieldError("distill_originals", "keeps the original pairs beside a teacher's "
+                                                  "translations: give data.distill_from too")
 
     def _check_language_id(self) -> None:
         """`language_id` on, off or auto; with it not off, the declared languages known to the

@@ -51,7 +51,8 @@ ModelOverrides = dataclasses.make_dataclass("ModelOverrides", _optional_model_fi
 
 @dataclasses.dataclass(frozen=True)
 class ModelSection(ModelOverrides):
-    """The `model` section: a preset of keras_transformer.config (tiny, small, base, big), or
+    """The `model` section: a preset of keras_transformer.config (tiny, small, base, big,
+    student), or
     `auto` (train chooses the size its train.max_minutes budget trains best on this machine:
     pipelines/training/size_choice.py); any ModelConfig field overridden (None keeps the
     preset's value; ModelConfig checks the merged fields, `auto` refuses the size fields it
@@ -60,7 +61,7 @@ class ModelSection(ModelOverrides):
     until then the checks use ModelConfig's default vocab_size, which only pad_id's depends on.
     """
 
-    preset: Literal["auto", "tiny", "small", "base", "big"] = "base"
+    preset: Literal["auto", "tiny", "small", "base", "big", "student"] = "base"
     dtype: Literal["auto", "float32", "mixed_bfloat16", "mixed_float16"] = "auto"
 
     def __post_init__(self) -> None:

@@ -7,8 +7,10 @@ passes with bounded memory; the shared SentencePiece vocabulary is learned from 
 sample of at most `data.vocab_max_sentences` train sentences per side, the target-language
 tokens of a multilingual run and the corpus tags its user symbols (a fine-tuning run, `train.init_from`, copies its parent's instead, which must
 hold the tags), and the summary's token statistics are estimated from a sample of 100,000
-train pairs (`pipelines.corpus.splitting.STATS_SAMPLE`). With `data.alignments` the train pairs' word
-alignments are written beside their shards (`pipelines.corpus.alignments`).
+train pairs (`pipelines.corpus.splitting.STATS_SAMPLE`). A distilled run (`data.distill_from`)
+copies its teacher's vocabulary and trains on the teacher's translations of the train sources
+(`pipelines.corpus.distill`). With `data.alignments` the train pairs' word alignments are
+written beside their shards (`pipelines.corpus.alignments`).
 
 Everything is written under data/.prepare-PID first and moved into place at the end, the train
 manifest last: a bad corpus raises before anything is written, and an interrupted prepare
@@ -35,6 +37,8 @@ from pipelines.training.parent import find_parent
 from pipelines.paths import RunPaths
 from pipelines.progress import PassProgress
 from pipelines.corpus.alignments import write_alignments
+from pipelines.corpus.distill import (DISTILL_DIR, FIELD, check_languages, distill_shards,
+                                      find_teacher)
 from pipelines.corpus.language_id import MODEL_NAME, Languages
 from pipelines.corpus.shards import CorpusShards, is_shard_file, shard_stems, write_manifest
 from pipelines.corpus.sources import open_sources
@@ -60,7 +64,7 @@ class PrepareSummary:
     max_length: int
     vocab_size: int
     vocab_type: str
-    vocab_parent: Path | None  # the parent's spm.model that a fine-tuning run copied
+    vocab_parent: Path | None  # the parent's or teacher's spm.model, copied
     avg_tokens: tuple[float, float]  # (source, target) pieces per sentence, BOS/EOS excluded
     padding_efficiency: tuple[float, float]  # (source, target) real / padded batch tokens
     seconds: float
@@ -69,6 +73,9 @@ class PrepareSummary:
     corpora: tuple[CorpusShards, ...] = ()  # each corpus's train shards, weight and tag
     duplicates: tuple[int, ...] = ()  # each corpus's pairs dropped as duplicates
     languages: tuple[Languages, ...] = ()  # each corpus's languages checked (data.language_id)
+    teacher: str | None = None  # data.distill_from: the teacher run and export that translated
+    distilled: tuple[int, int] = (0, 0)  # its lines translated now, found translated before
+    distill_seconds: float = 0.0  # of `seconds`, translating with the teacher
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -85,8 +92,9 @@ class PrepareSummary:
             *self._language_lines(),
             f"  vocab     {self.vocab_size:,} shared {self.vocab_type} pieces "
             f"({RunPaths(self.run_dir).spm_model}" + (
-                f", copied from the parent's {self.vocab_parent})" if self.vocab_parent
-                else ")"),
+                f", copied from the {'teacher' if self.teacher else 'parent'}'s "
+                f"{self.vocab_parent})" if self.vocab_parent else ")"),
+            *self._distill_lines(),
             f"  {sample}:",
             f"  too long  {self.too_long:,} train pair(s) over {self.max_length} tokens "
             f"(skipped when batching)",
@@ -96,6 +104,14 @@ class PrepareSummary:
             f"{self.padding_efficiency[1]:.3f} real tokens per batch token",
         ] + ([f"  aligned   {train:,} train pairs with {self.aligner} in "
               f"{self.align_seconds:.1f} s (data/*.align)"] if self.aligner != "none" else []))
+
+    def _distill_lines(self) -> list[str]:
+        if not self.teacher:
+            return []
+        translated, reused = self.distilled
+        return [f"  distilled {translated + reused:,} train sources translated by {self.teacher}"
+                + (f" ({reused:,} by an interrupted prepare)" if reused else "")
+                + f" in {self.distill_seconds:.1f} s (data/{DISTILL_DIR})"]
 
     def _language_lines(self) -> list[str]:
         """Unless data.language_id is off, a line naming the languages checked, corpus by
@@ -137,7 +153,15 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
     data = config.data
     paths = RunPaths(config.run_path)
     parent = find_parent(config)
-    if parent:
+    teacher = find_teacher(config)
+    if teacher:
+        check_languages(data, teacher)
+        check_parent_symbols(data, teacher.spm_model, FIELD, "teacher")
+        if parent and parent.spm_model.read_bytes() != teacher.spm_model.read_bytes():
+            raise InputError(f"{FIELD}: {teacher.run}: its vocabulary {teacher.spm_model} is not "
+                             f"the fine-tuning parent's ({parent.spm_model}); a distilled run "
+                             f"shares its teacher's")
+    elif parent:
         check_parent_symbols(data, parent.spm_model)
     _remove_staging(paths.data)
     sources = open_sources(data)
@@ -145,11 +169,20 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
     progress = PassProgress()
     try:
         splits = write_splits(sources, data, staging, progress.update)
-        model_proto = (parent.spm_model.read_bytes() if parent else
+        copied = teacher.spm_model if teacher else parent.spm_model if parent else None
+        model_proto = (copied.read_bytes() if copied else
                        _learn_vocabulary(splits, data, progress))
         staged_model = staging / paths.spm_model.name
         with atomic_open(staged_model, "wb") as file:
             file.write(model_proto)
+        distill_start, distilled = time.monotonic(), (0, 0)
+        if teacher:
+            progress.message(f"distilling: {teacher.describe()} translates the train sources")
+            distilled = distill_shards(teacher, staging, _shard_stems(splits),
+                                       paths.data / DISTILL_DIR, data.distill_originals)
+            if data.distill_originals:  # each shard holds its pairs twice
+                splits = _doubled(splits)
+        distill_seconds = time.monotonic() - distill_start
         too_long, avg_tokens, efficiency = _measure(splits, staged_model, config)
         align_start = time.monotonic()
         if data.alignments != "none":
@@ -166,10 +199,12 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         shards=sum(len(corpus.pairs) for corpus in splits.corpora),
         sampled_pairs=splits.stats_pairs, too_long=too_long,
         max_length=data.max_length, vocab_size=Tokenizer(model_proto).vocab_size,
-        vocab_type=model_type(model_proto), vocab_parent=parent.spm_model if parent else None,
+        vocab_type=model_type(model_proto), vocab_parent=copied,
         avg_tokens=avg_tokens, padding_efficiency=efficiency, seconds=time.monotonic() - start,
         aligner=data.alignments, align_seconds=align_seconds, corpora=tuple(splits.corpora),
-        duplicates=tuple(splits.duplicates), languages=splits.languages)
+        duplicates=tuple(splits.duplicates), languages=splits.languages,
+        teacher=teacher.describe() if teacher else None, distilled=distilled,
+        distill_seconds=distill_seconds)
 
 
 def _user_symbols(data: DataConfig) -> list[str]:
@@ -181,9 +216,11 @@ def _user_symbols(data: DataConfig) -> list[str]:
                                           if corpus.tag))
 
 
-def check_parent_symbols(data: DataConfig, spm_model: Path) -> None:
-    """Refuses a corpus tag or a target-language token that the parent's vocabulary, which a
-    fine-tuning run copies, would split (not one of its user symbols).
+def check_parent_symbols(data: DataConfig, spm_model: Path, field: str = "train.init_from",
+                         whose: str = "parent") -> None:
+    """Refuses a corpus tag or a target-language token that the vocabulary a run copies (a
+    fine-tuning parent's, or a distilled run's teacher's: `field` names it) would split (not
+    one of its user symbols).
 
     Raises:
         InputError: `data.corpora[I].tag: ...` or `data.corpora[I].tgt_lang: ...`, before any
@@ -193,16 +230,24 @@ def check_parent_symbols(data: DataConfig, spm_model: Path) -> None:
     for index, corpus in enumerate(data.corpus_configs()):
         if corpus.tag and corpus.tag not in known:
             raise InputError(
-                f"data.corpora[{index}].tag: {corpus.tag} is not a piece of the parent's "
-                f"vocabulary {spm_model} (train.init_from), which would split it; tag the corpus "
-                f"with one of the parent's tags ({', '.join(known) or 'it has none'})")
+                f"data.corpora[{index}].tag: {corpus.tag} is not a piece of the {whose}'s "
+                f"vocabulary {spm_model} ({field}), which would split it; tag the corpus "
+                f"with one of the {whose}'s tags ({', '.join(known) or 'it has none'})")
         language = data.target_language(corpus)
         if language and language_token(language) not in known:
             languages = ", ".join(target_languages(known)) or "it is bilingual"
             raise InputError(
                 f"data.corpora[{index}].tgt_lang: {language} is not a target language of the "
-                f"parent {spm_model} (train.init_from: {languages}), whose vocabulary has no "
+                f"{whose} {spm_model} ({field}: {languages}), whose vocabulary has no "
                 f"{language_token(language)} token")
+
+
+def _doubled(splits: Splits) -> Splits:
+    """`splits` with each train shard's pairs counted twice (data.distill_originals)."""
+    corpora = [dataclasses.replace(corpus, pairs=tuple(2 * n for n in corpus.pairs))
+               for corpus in splits.corpora]
+    return dataclasses.replace(splits, corpora=corpora,
+                               pairs={**splits.pairs, "train": 2 * splits.pairs["train"]})
 
 
 def _learn_vocabulary(splits: Splits, data: DataConfig, progress: PassProgress) -> bytes:

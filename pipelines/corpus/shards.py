@@ -36,13 +36,15 @@ CORPUS_NAME = r"[a-z0-9_]+"  # a corpus name, part of its shards' file names
 @dataclasses.dataclass(frozen=True)
 class CorpusShards:
     """One corpus of the train split as the manifest records it: its name, its weight (share
-    of the training pairs, relative to the others'), its tag (or None) and the pairs of each of
-    its shards."""
+    of the training pairs, relative to the others'), its tag (or None), the pairs of each of
+    its shards and its (source, target) languages where the config declares them (None
+    otherwise, and in manifests older than this record)."""
 
     name: str
     weight: float
     tag: str | None
     pairs: tuple[int, ...]
+    languages: tuple[str | None, str | None] = (None, None)
 
 
 def corpus_name_problem(name: str) -> str | None:
@@ -86,7 +88,7 @@ def write_manifest(data_dir: Path, corpora: Sequence[CorpusShards],
     `.align` files when `aligner` (the `data.alignments` that wrote them) is given."""
     stems = shard_stems([(corpus.name, len(corpus.pairs)) for corpus in corpora])
     shards = [{"src": f"{stem}.src", "tgt": f"{stem}.tgt", "pairs": n, "corpus": corpus.name,
-               "weight": corpus.weight, "tag": corpus.tag,
+               "weight": corpus.weight, "tag": corpus.tag, "languages": list(corpus.languages),
                **({"align": f"{stem}.align"} if aligner else {})}
               for corpus, names in zip(corpora, stems) for stem, n in zip(names, corpus.pairs)]
     manifest = {"pairs": sum(sum(corpus.pairs) for corpus in corpora), "shards": shards,
@@ -116,8 +118,9 @@ def train_corpora(data_dir: Path) -> list[CorpusShards]:
     for shard in _manifest(data_dir)["shards"]:
         name = shard.get("corpus", DEFAULT_CORPUS)
         if not corpora or corpora[-1].name != name:
+            source, target = shard.get("languages") or (None, None)
             corpora.append(CorpusShards(name, float(shard.get("weight", 1.0)), shard.get("tag"),
-                                        ()))
+                                        (), (source, target)))
         corpora[-1] = dataclasses.replace(corpora[-1],
                                           pairs=corpora[-1].pairs + (shard.get("pairs", 0),))
     return corpora

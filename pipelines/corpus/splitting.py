@@ -169,7 +169,7 @@ def write_splits(sources: Sequence[Source], data: DataConfig, out_dir: Path,
     with second.samples():
         written = [CorpusShards(corpus.name, corpus.weight, corpus.tag,
                                 second.write(source, source_line(data, corpus), range(*pool),
-                                             count, names))
+                                             count, names), corpus.languages)
                    for corpus, source, pool, count, names
                    in zip(corpora, sources, ranges, counts, stems)]
     pairs = {"train": train_pairs}

@@ -13,6 +13,13 @@ from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.translate import GREEDY, decode_sources
 
 
+def graph_decode(model, source: np.ndarray, settings: DecodingSettings = DecodingSettings()):
+    """`decode_sources` traced into a graph, as the exports run it: eager, a search runs op by
+    op, several times slower over the 50-64 steps these limits reach (test_equals_the_translator
+    and the others decode eagerly)."""
+    return tf.function(lambda ids: decode_sources(model, ids, settings))(tf.constant(source))
+
+
 @pytest.fixture(scope="module")
 def sources(export_translator) -> np.ndarray:
     """The test sentences, then a source of EOS alone and an all-PAD row."""
@@ -65,14 +72,13 @@ def test_sources_are_cut_to_max_source_length_and_the_models(export_translator, 
     model = export_translator.model  # max_length 64
     assert GREEDY.source_limit(64) == DecodingSettings(max_source_length=100).source_limit(64) \
         == 64
-    cut_ids, cut_score = decode_sources(model, sources[:, :5], GREEDY)
-    ids, score = decode_sources(model, sources, DecodingSettings(beam_size=1,
-                                                                 max_source_length=5))
+    cut_ids, cut_score = graph_decode(model, sources[:, :5], GREEDY)
+    ids, score = graph_decode(model, sources, DecodingSettings(beam_size=1, max_source_length=5))
     np.testing.assert_array_equal(ids.numpy(), cut_ids.numpy())
     np.testing.assert_array_equal(score.numpy(), cut_score.numpy())
     long_source = np.tile(sources[3:4, :1], [1, 200])  # 200 tokens of one piece, no EOS
-    ids, score = decode_sources(model, long_source, GREEDY)  # positions beyond 64 would fail
-    cut_ids, cut_score = decode_sources(model, long_source[:, :64], GREEDY)
+    ids, score = graph_decode(model, long_source, GREEDY)  # positions beyond 64 would fail
+    cut_ids, cut_score = graph_decode(model, long_source[:, :64], GREEDY)
     np.testing.assert_array_equal(ids.numpy(), cut_ids.numpy())
     np.testing.assert_array_equal(score.numpy(), cut_score.numpy())
 
@@ -85,6 +91,6 @@ def test_outputs_stop_at_source_length_plus_50_and_at_the_models_max_length(expo
     assert max(source_lengths) + 50 < 64
     for kwargs, expected in [({}, source_lengths + 50), ({"extra_length": 7}, source_lengths + 7),
                              ({"extra_length": 100}, [64] * 3)]:
-        target_ids, _ = decode_sources(model, source, DecodingSettings(beam_size=1, **kwargs))
+        target_ids, _ = graph_decode(model, source, DecodingSettings(beam_size=1, **kwargs))
         assert output_lengths(target_ids.numpy()) == list(expected)
         assert not (target_ids.numpy() == EOS_ID).any()

@@ -50,9 +50,9 @@ test: setup
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 # The quick tier for the edit loop: no training, no export, no subprocess (tests/conftest.py
-# fails a test that starts one without the `slow` mark); one process.
+# fails a test that starts one without the `slow` mark); its files in TEST_WORKERS processes too.
 test-fast: setup
-	$(BIN)/pytest -q -m "not slow" tests
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" tests
 
 demo: setup
 	$(BIN)/keras-transformer run demo

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fine_tune import cli, train_run  # bench/fine_tune.py
+from fine_tune import cli  # bench/fine_tune.py
 from keras_transformer.precision import cpu_flags
 from pipelines.config.model import SIZE_LADDER
 from pipelines.doctor import ISA_FLAGS
@@ -54,8 +54,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("runs/distill"))
     args = parser.parse_args()
     work = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    steps = Steps(work / "times.json")
+    steps = Steps.in_work(work)
     corpus = {"source": "bible:en-fr"}
     configs = {"teacher": write_config(work, "teacher", corpus, args.teacher_steps,
                                        model=model_keys(args.teacher)),
@@ -67,12 +66,9 @@ def main() -> None:
                                                     args.student_steps,
                                                     model=model_keys(args.student))
     for name, config in configs.items():
-        paths = RunPaths(work / name)
-        steps.run(f"{name}: prepare, train, average", paths.averaged_index.is_file(),
-                  lambda: train_run(config))
-        steps.run(f"{name}: evaluate", paths.scores("test").is_file(),
-                  lambda: cli("evaluate", str(config), "--split", "test"))
-        steps.run(f"{name}: export", (paths.ctranslate2 / "int8" / "model.bin").is_file(),
+        steps.evaluated_run(name, config, work / name)
+        steps.run(f"{name}: export",
+                  (RunPaths(work / name).ctranslate2 / "int8" / "model.bin").is_file(),
                   lambda: cli("export", str(config), "--format",
                               "saved_model,onnx,ctranslate2"))
     flags = " ".join(flag for flag in ISA_FLAGS if flag in cpu_flags())

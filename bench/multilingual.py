@@ -23,7 +23,6 @@ import argparse
 import json
 from pathlib import Path
 
-from fine_tune import cli, train_run  # bench/fine_tune.py
 from keras_transformer.precision import cpu_flags
 from pipelines.config import load_config
 from pipelines.doctor import ISA_FLAGS
@@ -43,8 +42,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("runs/multilingual"))
     args = parser.parse_args()
     work = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    steps = Steps(work / "times.json")
+    steps = Steps.in_work(work)
     holdout = load_config("demo_multilingual").data.holdout
     configs = {f"en-{language}": write_config(work, f"en-{language}",
                                               {"source": f"bible:en-{language}",
@@ -56,11 +54,7 @@ def main() -> None:
                      for language in LANGUAGES]},
         args.steps * multiple, base="demo_multilingual") for multiple in MULTIPLES}
     for name, config in configs.items():
-        paths = RunPaths(work / name)
-        steps.run(f"{name}: prepare, train, average", paths.averaged_index.is_file(),
-                  lambda: train_run(config))
-        steps.run(f"{name}: evaluate", paths.scores("test").is_file(),
-                  lambda: cli("evaluate", str(config), "--split", "test"))
+        steps.evaluated_run(name, config, work / name)
 
     multilingual_test = read_lines(RunPaths(work / f"multilingual-x{MULTIPLES[0]}")
                                    .split("test")[0])

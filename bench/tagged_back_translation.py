@@ -77,6 +77,21 @@ class Steps:
         self.seconds: dict[str, float] = (json.loads(path.read_text()) if path.is_file()
                                           else {})
 
+    @classmethod
+    def in_work(cls, work: Path) -> Steps:
+        """The steps of a script working in `work` (made if missing): work/times.json."""
+        work.mkdir(parents=True, exist_ok=True)
+        return cls(work / "times.json")
+
+    def evaluated_run(self, name: str, config: Path, run_dir: Path) -> None:
+        """The run of `config`: prepare, train, average (`train_run`), then its test split
+        evaluated; each skipped when its output exists."""
+        paths = RunPaths(run_dir)
+        self.run(f"{name}: prepare, train, average", paths.averaged_index.is_file(),
+                 lambda: train_run(config))
+        self.run(f"{name}: evaluate", paths.scores("test").is_file(),
+                 lambda: cli("evaluate", str(config), "--split", "test"))
+
     def run(self, name: str, done: bool, action: Callable[[], object]) -> None:
         """Runs `action` unless `done`, recording its wall time under `name`."""
         if done:
@@ -169,8 +184,7 @@ def main() -> None:
     names = {run: run if args.train_seed is None else f"{run}-seed{args.train_seed}"
              for run in RUNS}
     work, corpus = args.work.resolve(), args.work.resolve() / "corpus"
-    work.mkdir(parents=True, exist_ok=True)
-    steps = Steps(work / "times.json")
+    steps = Steps.in_work(work)
     demo_data = work / "demo-data"
     demo_config = write_config(work, "demo-data", {"source": "bible:en-fr"}, None)
     steps.run("prepare the demo's corpus", RunPaths(demo_data).train_manifest.is_file(),
@@ -183,10 +197,7 @@ def main() -> None:
         "source": "files", "train": files(corpus / "parallel.fr", corpus / "parallel.en"),
         "dev": files(dev[1], dev[0]), "test": files(test[1], test[0])}, args.steps)
     reverse_paths = RunPaths(work / "fr-en")
-    steps.run("fr-en: prepare, train, average", reverse_paths.averaged_index.is_file(),
-              lambda: train_run(reverse))
-    steps.run("fr-en: evaluate", reverse_paths.scores("test").is_file(),
-              lambda: cli("evaluate", str(reverse), "--split", "test"))
+    steps.evaluated_run("fr-en", reverse, work / "fr-en")
     steps.run("fr-en: export (SavedModel)", reverse_paths.saved_model.is_dir(),
               lambda: cli("export", str(reverse), "--format", "saved_model"))
     mono = read_lines(corpus / "mono.fr")
@@ -200,11 +211,7 @@ def main() -> None:
     for run, name in names.items():
         config = write_config(work, name, forward_data(corpus, demo_data, run), args.steps,
                               args.train_seed)
-        paths = RunPaths(work / name)
-        steps.run(f"{name}: prepare, train, average", paths.averaged_index.is_file(),
-                  lambda: train_run(config))
-        steps.run(f"{name}: evaluate", paths.scores("test").is_file(),
-                  lambda: cli("evaluate", str(config), "--split", "test"))
+        steps.evaluated_run(name, config, work / name)
 
     references = read_lines(RunPaths(work / names["none"]).split("test")[1])
     hypotheses = {run: read_lines(RunPaths(work / name).hypotheses("test"))

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from export.loading import open_translator
-from export_helpers import corpus
+from export_helpers import corpus, train_spm
 from pipelines import InputError
 from pipelines.config import load_config
 from pipelines.corpus import distill
@@ -102,6 +102,10 @@ def test_bad_teachers_are_refused_before_any_work(teacher: Path, tmp_path: Path)
     german = tmp_path / "german"
     shutil.copytree(teacher, german, ignore=shutil.ignore_patterns("checkpoints"))
     write_manifest(german / "data", [CorpusShards("main", 1.0, None, (20,), ("en", "de"))])
+    relearned = tmp_path / "relearned"  # its vocabulary learned again after the export
+    shutil.copytree(german, relearned)
+    (relearned / "data" / "train.json").unlink()
+    RunPaths(relearned).spm_model.write_bytes(train_spm(tmp_path, ["<2fr>"]))
     cases = [
         ({"distill_from": str(tmp_path / "nowhere")},
          f"data.distill_from: {tmp_path / 'nowhere'}: no such run directory"),
@@ -112,6 +116,10 @@ def test_bad_teachers_are_refused_before_any_work(teacher: Path, tmp_path: Path)
          f"export` on its config first"),
         ({"distill_from": str(german), "src_lang": "en", "tgt_lang": "fr"},
          f"data.distill_from: {german} translates en-de; corpus main is en-fr"),
+        ({"distill_from": str(relearned)},
+         f"data.distill_from: {relearned}: its export {relearned / 'export/ctranslate2/float32'} "
+         f"was made with another vocabulary than {RunPaths(relearned).spm_model}; export the "
+         f"teacher again"),
     ]
     for data, message in cases:
         config = load_config(student_config(tmp_path, data.pop("distill_from"), **data))

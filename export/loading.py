@@ -6,11 +6,20 @@ CTranslate2 model: float32).
     resolve_export(path, runtime=None) -> (runtime "tf" | "onnx" | "ct2", directory)
     open_translator(path, runtime=None, beam_size=None) -> a LineTranslator
     open_saved_model(version_dir) -> SavedModelTranslator;  rebuild_translator(it, **settings)
+    ensemble_exports(paths) -> the SavedModel versions of an ensemble's members, checked
+    open_ensemble(versions, beam_size=None) -> a Translator of their models as one Ensemble
+    vocabulary_mismatch(files) -> None, or the line naming a SentencePiece model that differs
 
 Without `runtime`, the first found of tf, onnx, ct2. A beam size other than the exported one
 rebuilds the SavedModel's weights into an in-process Translator; ONNX and CTranslate2 refuse it
 (re-export). A file of an export that is missing, truncated or corrupt is an ExportError naming
 it. The ONNX runtime path imports no TensorFlow (see `export.onnx_runtime`).
+
+An ensemble of exports (`translate --ensemble`: `keras_transformer.ensemble`) is built in
+process from their SavedModels (an ensemble export's members count one by one), with the first
+one's decoding settings; its members share one SentencePiece model byte for byte
+(`vocabulary_mismatch`: its pieces, hence its target languages) and one dtype, checked from
+their files before any is loaded.
 
 Example:
     translator = open_translator(Path("runs/demo"), runtime="onnx")  # runs/demo/export/onnx
@@ -18,6 +27,7 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
@@ -140,16 +150,88 @@ def rebuild_translator(translator: SavedModelTranslator, **settings: Any) -> Tra
     Raises:
         ExportError: that model missing, truncated or corrupt.
     """
+    _spm_model_proto(translator.version_dir)
+    return translator.rebuild(**settings)
+
+
+def _spm_model_proto(version_dir: Path) -> bytes:
+    """The bytes of a SavedModel version's assets.extra/spm.model, checked to parse.
+
+    Raises:
+        ExportError: the file missing, truncated or corrupt.
+    """
     from keras_transformer.tokenizer import Tokenizer
 
-    path = translator.version_dir / SAVED_MODEL_EXTRA / SPM_FILE
+    path = version_dir / SAVED_MODEL_EXTRA / SPM_FILE
     try:
-        Tokenizer(path.read_bytes())
+        proto = path.read_bytes()
+        Tokenizer(proto)
     except FileNotFoundError:
         raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
     except (RuntimeError, ValueError):  # SentencePiece cannot parse it
         raise unreadable(path) from None
-    return translator.rebuild(**settings)
+    return proto
+
+
+def vocabulary_mismatch(files: Sequence[Path]) -> str | None:
+    """None when the SentencePiece model files are one byte for byte (an ensemble's members,
+    `keras_transformer.ensemble`), else the line naming the first that differs from files[0].
+
+    Raises:
+        FileNotFoundError: a file missing.
+    """
+    first = files[0].read_bytes()
+    for path in files[1:]:
+        if path.read_bytes() != first:
+            return (f"{path} differs from {files[0]}: an ensemble's members share one "
+                    f"SentencePiece model byte for byte")
+    return None
+
+
+def ensemble_exports(paths: Sequence[Path]) -> list[Path]:
+    """The SavedModel versions of an ensemble's members (exports or runs, as `resolve_export`
+    finds them), checked before any is loaded.
+
+    Raises:
+        ExportError: a member without a SavedModel, its metadata or spm.model missing or
+            unreadable, another SentencePiece model or dtype than the first member's.
+    """
+    versions = [resolve_export(Path(path), "tf")[1] for path in paths]
+    spm_models = [version / SAVED_MODEL_EXTRA / SPM_FILE for version in versions]
+    try:
+        problem = vocabulary_mismatch(spm_models)
+    except FileNotFoundError as error:
+        raise ExportError(f"{error.filename}: no such file; {EXPORT_AGAIN}") from None
+    if problem:
+        raise ExportError(problem)
+    dtypes = [saved_model_metadata(version).dtype for version in versions]
+    for version, dtype in zip(versions[1:], dtypes[1:]):
+        if dtype != dtypes[0]:
+            raise ExportError(f"{version}: a {dtype} export, {versions[0]} a {dtypes[0]} one: "
+                              f"an ensemble's members compute in one dtype")
+    return versions
+
+
+def open_ensemble(versions: Sequence[Path], beam_size: int | None = None) -> Translator:
+    """An in-process Translator of the SavedModel versions' models (`ensemble_exports`) as one
+    Ensemble, with the first version's decoding settings (and `beam_size`).
+
+    Raises:
+        ExportError: a version's graph, variables or spm.model truncated or corrupt.
+    """
+    from export.metadata import EnsembleMember
+    from export.translator import Translator
+    from keras_transformer.ensemble import Ensemble
+
+    spm_model_proto = _spm_model_proto(versions[0])
+    exports = [open_saved_model(version) for version in versions]
+    models = [model for export in exports for model in export.models()]
+    records = [record for export in exports for record in export.metadata.ensemble or
+               [EnsembleMember(str(export.version_dir), "", export.metadata.model)]]
+    settings = exports[0].metadata.settings
+    if beam_size is not None:
+        settings = dataclasses.replace(settings, beam_size=beam_size)
+    return Translator(Ensemble(models), spm_model_proto, settings, ensemble=records)
 
 
 def _check_onnx(path: Path) -> None:

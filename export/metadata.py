@@ -5,17 +5,25 @@ Runtime or CTranslate2.
     translator.json = DecodingSettings fields + {"model": ModelConfig fields, "dtype": policy,
                                                  "xla_max_batch": int,
                                                  "parallel_searches": int,
-                                                 "target_languages": [code, ...]}
+                                                 "target_languages": [code, ...],
+                                                 "ensemble": [member, ...]}
+    member = {"run": run directory, "checkpoint": prefix, "model": ModelConfig fields}
 
 `target_languages` lists a multilingual model's target languages (the codes of the language
 tokens of its spm.model, `keras_transformer.languages`; [] for a bilingual model), for users and
 for the runtimes that import neither TensorFlow nor the SentencePiece model's proto; an export
 made before it was recorded reads as bilingual, which it is.
 
+`ensemble` names the members of an ensemble export (`keras_transformer.ensemble`: one search
+over the mean of their log-probabilities), in the order of its variables: the run and
+checkpoint each came from and its model config; `model` is then the ensemble's (the first
+member's, with the smallest max_length). [] (or absent: older exports) for one model.
+
 Example:
     metadata = ExportMetadata.read(Path("runs/demo/export/onnx") / METADATA_FILE)
     metadata.settings.beam_size, metadata.model.max_length, metadata.dtype
     metadata.target_languages  # ("fr", "de"): a multilingual model's; () for a bilingual one
+    [member.run for member in metadata.ensemble]  # ["runs/a", "runs/b"]; [] for one model
 """
 from __future__ import annotations
 
@@ -37,11 +45,30 @@ EXPORT_AGAIN = "run `keras-transformer export` again"
 
 
 @dataclasses.dataclass(frozen=True)
+class EnsembleMember:
+    """A member of an ensemble export: the run and checkpoint its weights came from, and its
+    model config."""
+
+    run: str
+    checkpoint: str
+    model: ModelConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "checkpoint": self.checkpoint, "model": self.model.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EnsembleMember:
+        """A member of translator.json (KeyError, TypeError: fields missing or invalid)."""
+        return cls(str(data["run"]), str(data["checkpoint"]), ModelConfig(**data["model"]))
+
+
+@dataclasses.dataclass(frozen=True)
 class ExportMetadata:
     """The decoding settings an export decodes with, its model config, Keras dtype policy and
     the largest batch its beam search runs compiled by XLA (0: none) and how many beam
     searches its graph runs side by side (`keras_transformer.parallel_search`; a SavedModel's),
-    and the target languages of a multilingual model (() for a bilingual one)."""
+    and the target languages of a multilingual model (() for a bilingual one), and an
+    ensemble's members (() for one model)."""
 
     settings: DecodingSettings
     model: ModelConfig
@@ -49,12 +76,14 @@ class ExportMetadata:
     xla_max_batch: int = 0
     parallel_searches: int = 1
     target_languages: tuple[str, ...] = ()
+    ensemble: tuple[EnsembleMember, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.settings.to_dict(), "model": self.model.to_dict(), "dtype": self.dtype,
                 "xla_max_batch": self.xla_max_batch,
                 "parallel_searches": self.parallel_searches,
-                "target_languages": list(self.target_languages)}
+                "target_languages": list(self.target_languages),
+                "ensemble": [member.to_dict() for member in self.ensemble]}
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
@@ -71,7 +100,8 @@ class ExportMetadata:
             return cls(DecodingSettings.from_dict(data), ModelConfig(**data["model"]),
                        data.get("dtype", "float32"), int(data.get("xla_max_batch", 0)),
                        int(data.get("parallel_searches", 1)),
-                       _codes(data.get("target_languages", [])))
+                       _codes(data.get("target_languages", [])),
+                       tuple(map(EnsembleMember.from_dict, data.get("ensemble", []))))
         except FileNotFoundError:
             raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
         except DecodingSettingsError as error:

@@ -43,6 +43,7 @@ from export.translator.translate import nbest_pairs, prefixed_in_batches, transl
 from export.versions import publish_version, staging_directory
 from keras_transformer.compiled_search import bucket_sources
 from keras_transformer.decoding_settings import SamplingSettings
+from keras_transformer.ensemble import Ensemble
 from keras_transformer.model import Transformer
 from keras_transformer.precision import resolve_dtype
 
@@ -213,13 +214,23 @@ class SavedModelTranslator:
     def _in_language(self, signature, target_lang: str | None):
         return in_language(signature, target_lang, self.target_languages)
 
-    def rebuild(self, **changes: Any) -> Translator:
-        """An in-process Translator with this version's weights, dtype policy and tokenizer,
-        and its decoding settings with `changes` (DecodingSettings fields, e.g. beam_size=8)."""
-        model = Transformer(self.metadata.model, dtype=self.dtype)
-        model.build()
-        for variable, saved in zip(model.variables, self.loaded.model_variables, strict=True):
+    def models(self) -> list[Transformer]:
+        """This version's models with its weights and dtype policy: its model, or an ensemble
+        export's members in order."""
+        models = [Transformer(member.model, dtype=self.dtype)
+                  for member in self.metadata.ensemble] or [Transformer(self.metadata.model,
+                                                                        dtype=self.dtype)]
+        variables = [variable for model in models for variable in model.variables]
+        for variable, saved in zip(variables, self.loaded.model_variables, strict=True):
             variable.assign(saved)
+        return models
+
+    def rebuild(self, **changes: Any) -> Translator:
+        """An in-process Translator with this version's weights (an ensemble's members),
+        dtype policy and tokenizer, and its decoding settings with `changes`
+        (DecodingSettings fields, e.g. beam_size=8)."""
+        models = self.models()
         spm_model_proto = (self.version_dir / SAVED_MODEL_EXTRA / SPM_FILE).read_bytes()
-        return Translator(model, spm_model_proto,
-                          dataclasses.replace(self.metadata.settings, **changes))
+        return Translator(Ensemble(models) if self.metadata.ensemble else models[0],
+                          spm_model_proto, dataclasses.replace(self.metadata.settings, **changes),
+                          ensemble=self.metadata.ensemble)

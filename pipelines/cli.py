@@ -59,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "ctranslate2 (default: the config's export.formats)")
     export.add_argument("--checkpoint", help="a checkpoint prefix (default: the one of "
                         "evaluate.weights: the averaged one, else the latest)")
+    export.add_argument("--ensemble", action="append", metavar="CONFIG",
+                        help="another run's config (repeat for more): export its model "
+                        "(evaluate.weights) with this run's as one ensemble, one beam search "
+                        "over their mean log-probabilities, into this run's export/ (one "
+                        "spm.model; no ctranslate2)")
     export.set_defaults(handler=_export)
     translate = commands.add_parser(
         "translate", help="lines (INPUT or stdin) -> translations (stdout), in order")
@@ -71,6 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     translate.add_argument("--target-lang", metavar="LANG",
                            help="the language to translate into (a multilingual model's, e.g. "
                            "fr; required for one, refused for a bilingual model)")
+    translate.add_argument("--ensemble", action="append", metavar="MODEL_DIR",
+                           help="another export or run (repeat for more) translating with "
+                           "model_dir as one ensemble: one beam search over their mean "
+                           "log-probabilities, with model_dir's settings (SavedModels of one "
+                           "spm.model; --runtime tf)")
     translate.add_argument("--beam", type=int, help="beam size (default: the exported one)")
     translate.add_argument("--batch-size", type=int, default=32)
     translate.add_argument("--n-best", type=int, metavar="N",
@@ -247,7 +257,8 @@ def _export(args: argparse.Namespace) -> int:
     from pipelines.export import export_run
 
     formats = args.format.split(",") if args.format else None
-    print(export_run(load_config(args.config), formats, args.checkpoint).format())
+    ensemble = [load_config(member) for member in args.ensemble or ()]
+    print(export_run(load_config(args.config), formats, args.checkpoint, ensemble).format())
     return 0
 
 

@@ -12,6 +12,14 @@ export.saved_model_dtype) and decodes with the `evaluate` section's settings (be
 carry the first dev sentences. The ONNX and CTranslate2 directories are written under a
 temporary name and swapped in by renames, each SavedModel version by one rename.
 
+With `ensemble` (`export CONFIG --ensemble OTHER ...`), CONFIG's run and the other runs' models
+are exported as one Ensemble (`keras_transformer.ensemble`: one beam search over the mean of
+their log-probabilities) into CONFIG's export/, with its `evaluate` and `export` sections; its
+translator.json names the members (runs and checkpoints). Before any work, the runs are checked
+to share one spm.model byte for byte and their declared language pairs, and to hold their
+weights. CTranslate2 cannot decode an ensemble: export.formats' ctranslate2 is skipped (the
+summary says so), --format ctranslate2 refused.
+
 Example:
     print(export_run(load_config("demo")).format())
 """
@@ -32,12 +40,19 @@ from pipelines.checkpoints.files import replace_directory, tf_write_errors
 from pipelines.config import PipelineConfig
 from pipelines.config.export import EXPORT_FORMATS
 from pipelines.files import atomic_open, check_writable
-from pipelines.models import load_model_for_inference, run_translator
+from export.loading import vocabulary_mismatch
+from export.metadata import EnsembleMember
+from keras_transformer.ensemble import Ensemble
+from keras_transformer.model import Transformer
+from pipelines.checkpoints.weights import weights_checkpoint
+from pipelines.models import (load_ensemble_for_inference, load_model_for_inference,
+                              run_tokenizer, run_translator)
 from pipelines.paths import RunPaths
 
 WARMUP_SENTENCES = 4
 MODELS_CONFIG = Path(export.__file__).with_name("serving") / "models.config"
 BATCHING_PARAMETERS = MODELS_CONFIG.with_name("batching_parameters.txt")
+NO_CT2_ENSEMBLE = "CTranslate2 cannot decode an ensemble"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +69,7 @@ class ExportSummary:
     seconds: float
     saved_model_xla_max_batch: int = 0  # export.saved_model_xla_max_batch
     saved_model_parallel_searches: int = 1  # export.saved_model_parallel_searches
+    skipped: str = ""  # a format of export.formats left out, and why
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -73,39 +89,63 @@ class ExportSummary:
             lines.append(f"  onnx         {self.onnx}/{{model,model_int8,translator,score}}.onnx")
         if self.ctranslate2:
             lines.append(f"  ctranslate2  {self.ctranslate2}/{{float32,int8}}")
+        if self.skipped:
+            lines.append(f"  skipped      {self.skipped}")
         return "\n".join(lines)
 
 
 def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
-               checkpoint: str | None = None) -> ExportSummary:
+               checkpoint: str | None = None,
+               ensemble: Sequence[PipelineConfig] = ()) -> ExportSummary:
     """Exports the run's model (default: the averaged checkpoint, else the latest) in
-    `formats` (default: the `export` section's).
+    `formats` (default: the `export` section's); with `ensemble`, the runs' models (their
+    evaluate.weights) and this one's as one Ensemble (module docstring).
 
     Raises:
         InputError: an unknown format, or the run has no vocabulary or checkpoint, or one that
-            cannot be restored (incomplete, of another vocabulary or architecture).
+            cannot be restored (incomplete, of another vocabulary or architecture); an
+            ensemble's run of another vocabulary or language pair, or --format ctranslate2.
         ConfigError: export.saved_model_dtype mixed_bfloat16 where oneDNN would abort on it.
         OSError: export/ cannot be written (read-only, a full disk).
     """
-    formats = config.export.formats if formats is None else formats
+    asked, formats = formats, config.export.formats if formats is None else formats
     unknown = sorted(set(formats) - set(EXPORT_FORMATS))
     if unknown or not formats:
         raise InputError(f"unknown export format(s) {unknown or list(formats)}; "
                          f"choose from {', '.join(EXPORT_FORMATS)}")
+    members = (config, *ensemble) if ensemble else ()
+    skipped = ""
+    if members:
+        _check_ensemble(members, checkpoint)
+        if "ctranslate2" in formats:
+            if asked is not None or formats == ("ctranslate2",):
+                raise InputError(f"--format ctranslate2: {NO_CT2_ENSEMBLE} (it decodes one "
+                                 f"model); export saved_model and/or onnx")
+            formats = tuple(name for name in formats if name != "ctranslate2")
+            skipped = f"ctranslate2 (in export.formats): {NO_CT2_ENSEMBLE}"
     dtype, dtype_reason = config.export.resolved_saved_model_dtype()
     start = time.perf_counter()
     paths = RunPaths(config.run_path)
     check_writable(paths.export)
     # ONNX and CTranslate2 take a float32 model; the SavedModel one in `dtype`.
     first_dtype = "float32" if set(formats) - {"saved_model"} else dtype
-    model, checkpoint = load_model_for_inference(config, checkpoint, first_dtype)
-    translator = run_translator(config, model)
+
+    def load(dtype: str) -> tuple[Transformer | Ensemble, tuple[EnsembleMember, ...], str]:
+        """(the model or ensemble, its members' records, the checkpoint(s) read)."""
+        if not members:
+            model, prefix = load_model_for_inference(config, checkpoint, dtype)
+            return model, (), prefix
+        model, records = load_ensemble_for_inference(members, checkpoint, dtype)
+        return model, records, " + ".join(record.checkpoint for record in records)
+
+    model, records, read = load(first_dtype)
+    translator = run_translator(config, model, ensemble=records)
     saved_model = onnx = ctranslate2 = None
     if "saved_model" in formats:
-        served = run_translator(config, model if first_dtype == dtype else
-                                load_model_for_inference(config, checkpoint, dtype)[0],
+        served_model = model if first_dtype == dtype else load(dtype)[0]
+        served = run_translator(config, served_model,
                                 config.export.saved_model_xla_max_batch,
-                                config.export.saved_model_parallel_searches)
+                                config.export.saved_model_parallel_searches, records)
         with tf_write_errors(paths.saved_model):
             saved_model = export_saved_model(served, paths.saved_model,
                                              warmup_text=_warmup_text(paths),
@@ -122,10 +162,49 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
 
         ctranslate2 = _write_directory(
             lambda directory: export_ctranslate2(translator, directory), paths.ctranslate2)
-    return ExportSummary(checkpoint, saved_model, dtype_reason, onnx, ctranslate2,
+    return ExportSummary(read, saved_model, dtype_reason, onnx, ctranslate2,
                          config.evaluate.beam_size, config.evaluate.alpha,
                          time.perf_counter() - start, config.export.saved_model_xla_max_batch,
-                         config.export.saved_model_parallel_searches)
+                         config.export.saved_model_parallel_searches, skipped)
+
+
+def _check_ensemble(members: Sequence[PipelineConfig], checkpoint: str | None) -> None:
+    """Refuses, before any work, an ensemble of runs (the first's weights `checkpoint`, if
+    given) where a run lacks its vocabulary or weights, or differs from the first run in its
+    spm.model (byte for byte) or in the language pairs both declare.
+
+    Raises:
+        InputError: naming the run and what it lacks or how it differs.
+    """
+    first = members[0]
+    for index, member in enumerate(members):
+        paths = RunPaths(member.run_path)
+        try:
+            run_tokenizer(paths)
+            if index or checkpoint is None:
+                weights_checkpoint(paths, member.evaluate.weights)
+        except InputError as error:
+            raise InputError(f"ensemble member {member.run_path}: {error}") from None
+        pairs, first_pairs = _language_pairs(member), _language_pairs(first)
+        if pairs and first_pairs and pairs != first_pairs:
+            raise InputError(f"ensemble member {member.run_path}: translates "
+                             f"{_format_pairs(pairs)}, {first.run_path} "
+                             f"{_format_pairs(first_pairs)}: an ensemble's members translate "
+                             f"one language pair")
+    problem = vocabulary_mismatch([RunPaths(member.run_path).spm_model for member in members])
+    if problem:
+        raise InputError(f"ensemble member {problem}")
+
+
+def _language_pairs(config: PipelineConfig) -> set[tuple[str, str]]:
+    """The (source, target) language pairs the run's corpora declare (bible:SRC-TGT,
+    src_lang/tgt_lang); none for corpora that declare no languages."""
+    return {corpus.languages for corpus in config.data.corpus_configs()
+            if None not in corpus.languages}
+
+
+def _format_pairs(pairs: set[tuple[str, str]]) -> str:
+    return ", ".join(f"{source}-{target}" for source, target in sorted(pairs))
 
 
 def _write_directory(write: Callable[[Path], object], target: Path) -> Path:

@@ -1,6 +1,7 @@
 """A run's tokenizer and Transformer: built from the `model` section (with the vocabulary size
 and a Keras dtype policy) for training, or restored from its best checkpoint for decoding, and
-its Translator with the `evaluate` section's decoding settings.
+its Translator with the `evaluate` section's decoding settings; several runs' models restored as
+one `keras_transformer.ensemble.Ensemble` (`load_ensemble_for_inference`).
 
 Training may use a mixed dtype policy; its variables are float32 all the same, so the model
 can be rebuilt with any policy and restored from the same checkpoint: exports use float32
@@ -17,8 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Sequence
 
+from export.metadata import EnsembleMember
 from export.translator import Translator
+from keras_transformer.ensemble import Ensemble
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
 from pipelines import InputError
@@ -99,11 +103,30 @@ def load_model_for_inference(config: PipelineConfig, checkpoint: str | None = No
     return model, checkpoint
 
 
-def run_translator(config: PipelineConfig, model: Transformer, xla_max_batch: int = 0,
-                   parallel_searches: int = 1) -> Translator:
+def load_ensemble_for_inference(configs: Sequence[PipelineConfig], checkpoint: str | None = None,
+                                dtype: str = "float32"
+                                ) -> tuple[Ensemble, tuple[EnsembleMember, ...]]:
+    """The runs' models restored (`load_model_for_inference`: the first run's `checkpoint`,
+    the others' evaluate.weights) as one Ensemble in `dtype`, and each member's record (its
+    run directory, checkpoint and model config) for the export's metadata.
+
+    Raises:
+        InputError: as `load_model_for_inference`, for any run.
+    """
+    loaded = [load_model_for_inference(member, checkpoint if index == 0 else None, dtype)
+              for index, member in enumerate(configs)]
+    records = tuple(EnsembleMember(str(member.run_path), prefix, model.model_config)
+                    for member, (model, prefix) in zip(configs, loaded))
+    return Ensemble([model for model, _ in loaded]), records
+
+
+def run_translator(config: PipelineConfig, model: Transformer | Ensemble, xla_max_batch: int = 0,
+                   parallel_searches: int = 1,
+                   ensemble: Sequence[EnsembleMember] = ()) -> Translator:
     """The run's beam-search Translator of `model`: the `evaluate` section's decoding settings,
-    sources cut to data.max_length tokens (`xla_max_batch`, `parallel_searches`:
+    sources cut to data.max_length tokens (`xla_max_batch`, `parallel_searches`, `ensemble`:
     `Translator`'s)."""
     return Translator(model, RunPaths(config.run_path).spm_model.read_bytes(),
                       config.evaluate.decoding(max_source_length=config.data.max_length),
-                      xla_max_batch=xla_max_batch, parallel_searches=parallel_searches)
+                      xla_max_batch=xla_max_batch, parallel_searches=parallel_searches,
+                      ensemble=ensemble)

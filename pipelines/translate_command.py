@@ -6,10 +6,14 @@ Input of any size streams through a window at a time (`pipelines.translate_strea
 progress line on stderr on a terminal (or with --progress).
 A multilingual model (`keras_transformer.languages`) translates every line into
 `--target-lang`, which it requires and a bilingual model refuses (`check_target_lang`).
+With `--ensemble`, model_dir and the other exports (or runs) translate as one ensemble in
+process (`export.loading.open_ensemble`), checked first (`export.loading.ensemble_exports`):
+SavedModels of one spm.model and dtype, with model_dir's decoding settings.
 
 Example:
     $ keras-transformer translate runs/demo/export --runtime onnx < news.en > news.fr
     $ keras-transformer translate runs/multi/export --target-lang de < news.en > news.de
+    $ keras-transformer translate runs/a --ensemble runs/b --ensemble runs/c < news.en > news.fr
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from pipelines.translate_stream import (InputLines, LineNotes, TranslateWindow,
 def translate_command(args: argparse.Namespace) -> int:
     """`keras-transformer translate`: lines of a file or stdin -> translations on stdout or in
     `--output FILE` (continued if an earlier job was interrupted), a window at a time."""
-    from export.loading import open_translator, resolve_export
+    from export.loading import ensemble_exports, open_ensemble, open_translator, resolve_export
 
     values = (args.beam, args.batch_size, args.n_best, args.window)
     if any(value is not None and value < 1 for value in values):
@@ -47,7 +51,13 @@ def translate_command(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else None
     if output is not None and output.is_dir():
         raise InputError(f"--output {output}: a directory, not a file")
-    runtime, directory = resolve_export(Path(args.model_dir), args.runtime)
+    if args.ensemble and args.runtime not in (None, "tf"):
+        raise InputError(f"--ensemble: SavedModels only (one search over the members' "
+                         f"log-probabilities, in process); not with --runtime {args.runtime}")
+    runtime, directory = resolve_export(Path(args.model_dir), "tf" if args.ensemble
+                                        else args.runtime)
+    members = ensemble_exports([Path(args.model_dir), *map(Path, args.ensemble)]
+                               ) if args.ensemble else None
     check_target_lang(args.target_lang, runtime, directory)
     if args.n_best is not None:
         _check_n_best(args.n_best, runtime, directory, args.beam)
@@ -73,7 +83,8 @@ def translate_command(args: argparse.Namespace) -> int:
         if runtime == "tf":
             import_tensorflow_quietly()
             warn_unused_gpu_driver("translate", "translating")
-        translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
+        translator = (open_ensemble(members, args.beam) if members else
+                      open_translator(Path(args.model_dir), args.runtime, args.beam))
         if runtime == "tf" and (args.alignments or args.markup):  # before any output
             translator.check_output("translate_terms" if glossary else "translate_aligned",
                                     "alignment")

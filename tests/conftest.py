@@ -41,9 +41,11 @@ from pipelines.corpus.prepare import PrepareSummary, prepare  # noqa: E402
 # out in this order (the Makefile's --no-loadscope-reorder: xdist's own order is by the number
 # of tests in a file), so long files start early and short ones fill the end. test_export
 # comes first: it builds the shared export fixtures that 18 other files use; test_multilingual
-# builds its own export (multilingual_export), about 150 s of one worker with its tests.
+# builds its own export (multilingual_export), about 150 s of one worker with its tests;
+# test_ensemble the one ensemble export (ensemble_export).
 SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
-    "test_export.py", "test_multilingual.py", "test_distributed.py", "test_train.py",
+    "test_export.py", "test_multilingual.py", "test_ensemble.py", "test_distributed.py",
+    "test_train.py",
     "test_xla_saved_model.py", "test_budget.py", "test_run.py", "test_faults.py", "test_terminology.py",
     "test_saved_model.py", "test_model.py", "test_serving.py", "test_translate.py",
     "test_data.py", "test_noise.py", "test_fine_tune.py", "test_onnx.py", "test_static_search.py",

@@ -1,4 +1,5 @@
-"""The Translator tf.Module: a Transformer, its SentencePiece model and its DecodingSettings,
+"""The Translator tf.Module: a Transformer (or an Ensemble of them:
+`keras_transformer.ensemble`), its SentencePiece model and its DecodingSettings,
 with one graph function per serving signature (`export.translator.signatures`: names, inputs,
 outputs). Each function checks its inputs, encodes the text and searches here, and takes its
 outputs from its signature family's module (translate, score, align, terms, sample).
@@ -38,6 +39,10 @@ SentencePiece model is held as bytes and only the text functions build a tokeniz
 trace), so the ids function converts to ONNX alone. The searching signatures call one graph
 function, `nbest_ids`, so that an export traces the beam search once.
 
+An ensemble's Translator searches, samples and scores over its members' mean log-probabilities
+and aligns with its first member's attention; its metadata names the members
+(`export.metadata.EnsembleMember`), its variables are theirs, member after member.
+
 Example:
     translator = Translator(model, Path("runs/demo/vocab/spm.model").read_bytes(),
                             DecodingSettings(beam_size=4))
@@ -51,8 +56,8 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from export.lines import scored_in_batches, translate_in_batches
-from export.metadata import ExportMetadata
+from export.lines import sampled_in_batches, scored_in_batches, translate_in_batches
+from export.metadata import EnsembleMember, ExportMetadata
 from export.scores import Pair, PairScore, score_in_batches
 from export.text import encode_text, language_text
 from export.translator.align import (aligned_translation, alignment_outputs,
@@ -67,7 +72,8 @@ from export.translator.translate import (clean_source_ids, nbest_hypotheses, nbe
                                          nbest_pairs, prefix_pieces, prefixed_in_batches,
                                          translated_text, translation_outputs)
 from keras_transformer.compiled_search import compiled_search
-from keras_transformer.decoding_settings import DecodingSettings
+from keras_transformer.decoding_settings import DecodingSettings, SamplingSettings
+from keras_transformer.ensemble import Ensemble
 from keras_transformer.languages import target_languages
 from keras_transformer.model import Transformer
 from keras_transformer.sampling import Sampling
@@ -86,7 +92,8 @@ class Translator(tf.Module):
 
     Args:
         model: a built Transformer in any Keras dtype policy (float32 for the ONNX and
-            CTranslate2 exports; a SavedModel's may be mixed_bfloat16 or mixed_float16).
+            CTranslate2 exports; a SavedModel's may be mixed_bfloat16 or mixed_float16), or an
+            Ensemble of them (not for CTranslate2).
         spm_model_proto: the bytes of the run's SentencePiece model.
         settings: the search and its limits (beam 4, alpha 0.6 by default); its
             max_source_length is resolved against the model's max_length.
@@ -94,13 +101,22 @@ class Translator(tf.Module):
             program (`keras_transformer.compiled_search`); 0: none (the graph everywhere).
         parallel_searches: the graph's beam search (not XLA's, constrained or sampling)
             runs as this many searches side by side (`keras_transformer.parallel_search`).
+        ensemble: an Ensemble's members as its metadata names them, one per member in order.
+
+    Raises:
+        ValueError: `ensemble` not one record per member of an Ensemble (none for a model).
     """
 
-    def __init__(self, model: Transformer, spm_model_proto: bytes,
+    def __init__(self, model: Transformer | Ensemble, spm_model_proto: bytes,
                  settings: DecodingSettings = DecodingSettings(),
                  name: str = "translator", xla_max_batch: int = 0,
-                 parallel_searches: int = 1) -> None:
+                 parallel_searches: int = 1, ensemble: Sequence[EnsembleMember] = ()) -> None:
         super().__init__(name=name)
+        members = model.members if isinstance(model, Ensemble) else ()
+        if [record.model for record in ensemble] != [m.model_config for m in members]:
+            raise ValueError(f"{len(ensemble)} ensemble records for {len(members)} members, or "
+                             f"a record of another model config than its member's")
+        self._ensemble = Untracked(tuple(ensemble))
         self.settings = settings.for_model(model.model_config.max_length)
         self.spm_model_proto = spm_model_proto
         self.model_variables = [variable.value for variable in model.variables]  # tf.Variable
@@ -117,7 +133,7 @@ class Translator(tf.Module):
                                                                                   signature)
 
     @property
-    def model(self) -> Transformer:
+    def model(self) -> Transformer | Ensemble:
         return self._model.value
 
     @property
@@ -137,11 +153,12 @@ class Translator(tf.Module):
         return signatures(self.target_languages)
 
     def metadata(self) -> ExportMetadata:
-        """The decoding settings, the model config, its Keras dtype policy and its target
-        languages, as exports record them."""
+        """The decoding settings, the model config, its Keras dtype policy, its target
+        languages and an ensemble's members, as exports record them."""
         return ExportMetadata(self.settings, self.model.model_config,
                               self.model.dtype_policy.name, self.xla_max_batch,
-                              self.parallel_searches, self.target_languages)
+                              self.parallel_searches, self.target_languages,
+                              self._ensemble.value)
 
     def _multilingual_function(self, name: str, signature: Signature
                                ) -> tf.types.experimental.PolymorphicFunction:
@@ -319,6 +336,23 @@ class Translator(tf.Module):
         """(translation, `I-J ...` word alignment) of each line, in order."""
         return translated_aligned_in_batches(
             self._in_language(self.translate_aligned, target_lang), lines, batch_size)
+
+    def sampled_lines(self, lines: Sequence[str], sampling: SamplingSettings,
+                      first_index: int = 0, batch_size: int = 32,
+                      target_lang: str | None = None) -> list[tuple[str, float]]:
+        """(translation drawn at random, score) of each line, in order; line i seeded
+        `sampling.seed` + first_index + i (`export.lines.sampled_in_batches`)."""
+        translate_sample = self._in_language(self.translate_sample, target_lang)
+        return sampled_in_batches(
+            lambda **inputs: translated_text(translate_sample(
+                **{name: tf.constant(value) for name, value in inputs.items()})),
+            lines, sampling, first_index, batch_size)
+
+    def check_output(self, signature: str, output: str) -> None:
+        """As `SavedModelTranslator.check_output` (which an export older than the output
+        fails): ValueError when the signatures' table gives `signature` no `output`."""
+        if output not in {spec.name for spec in self.serving_signatures[signature].outputs}:
+            raise ValueError(f"the {signature} signature has no {output} output")
 
     def nbest_lines(self, lines: Sequence[str], batch_size: int = 32,
                     target_lang: str | None = None) -> list[list[tuple[str, float]]]:

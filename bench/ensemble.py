@@ -71,8 +71,7 @@ def main() -> None:
     if not 2 <= args.members <= 4:
         parser.error("--members: 2 to 4")
     work = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    steps = Steps(work / "times.json")
+    steps = Steps.in_work(work)
     configs = [write_config(work, f"member-{seed}", {"source": "bible:en-fr"}, args.steps,
                             seed=seed) for seed in range(1, args.members + 1)]
     first = RunPaths(work / "member-1")

@@ -144,3 +144,15 @@ def test_a_corpus_tag_the_teachers_vocabulary_lacks_is_refused(teacher: Path,
         f"data.corpora[0].tag: <bt> is not a piece of the teacher's vocabulary "
         f"{RunPaths(teacher).spm_model} (data.distill_from), which would split it")
     assert not (tmp_path / "student").exists()
+
+
+def test_an_ensemble_of_two_copies_distills_as_the_teacher(teacher: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(teacher, copy, ignore=shutil.ignore_patterns("checkpoints"))
+    summary = prepare(load_config(student_config(tmp_path, [str(teacher), str(copy)])))
+    [(source, target)] = train_shards(RunPaths(tmp_path / "student").data)
+    sources = source.read_text(encoding="utf-8").splitlines()
+    assert target.read_text(encoding="utf-8").splitlines() == open_translator(
+        teacher, "tf").translate_lines(sources)
+    assert f"translated by an ensemble of {teacher} + {copy} (their SavedModels" in \
+        summary.format()

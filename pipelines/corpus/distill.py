@@ -3,7 +3,9 @@
 
 The teacher is a run directory holding an export (`keras-transformer export`); its fastest
 runtime translates (`TEACHER_RUNTIMES`: CTranslate2's float32 model, else ONNX, else the
-SavedModel), with the beam and limits it was exported with. The student shares the teacher's
+SavedModel), with the beam and limits it was exported with. Several runs are an ensemble
+(`keras_transformer.ensemble`): their SavedModels decode as one model in process
+(`export.loading.open_ensemble`), with the first run's decoding settings. The student shares the teacher's
 SentencePiece model (prepare copies it, as a fine-tuning run copies its parent's), so that the
 student's pieces are the ones the teacher wrote; the teacher's vocabulary must hold the run's
 corpus tags and target-language tokens. A multilingual run's sources go to the teacher with
@@ -32,7 +34,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from export import ExportError
-from export.loading import LineTranslator, export_files, open_translator, resolve_export
+from export.loading import (LineTranslator, ensemble_exports, export_files, open_ensemble,
+                            open_translator, resolve_export)
 from keras_transformer.languages import split_language
 from pipelines import InputError
 from pipelines.config import DataConfig, PipelineConfig
@@ -50,18 +53,27 @@ BATCH_SIZE = 32  # lines of a runtime's batch
 
 @dataclasses.dataclass(frozen=True)
 class Teacher:
-    """A teacher run: its directory, the runtime and export directory that translate, its
-    SentencePiece model (the student's), and what identifies its translations (the export's
-    metadata and files)."""
+    """A teacher: its run directories (several: an ensemble), the runtime and export
+    directories that translate, its SentencePiece model (the student's), and what identifies
+    its translations (the exports' metadata and files)."""
 
-    run: Path
-    runtime: str
-    export: Path
+    runs: tuple[Path, ...]
+    runtime: str  # of TEACHER_RUNTIMES; an ensemble's: tf
+    exports: tuple[Path, ...]  # the directory resolve_export found, one per run
     spm_model: Path
     identity: str
 
     def describe(self) -> str:
-        return f"{self.run} ({self.runtime} export {self.export})"
+        if len(self.runs) == 1:
+            return f"{self.runs[0]} ({self.runtime} export {self.exports[0]})"
+        return (f"an ensemble of {' + '.join(map(str, self.runs))} (their SavedModels "
+                f"{', '.join(map(str, self.exports))})")
+
+    def open(self) -> LineTranslator:
+        """The translator of the teacher's export (an ensemble's: built in process)."""
+        if len(self.runs) == 1:
+            return open_translator(self.runs[0], self.runtime)
+        return open_ensemble(self.exports)
 
 
 def find_teacher(config: PipelineConfig) -> Teacher | None:
@@ -70,27 +82,34 @@ def find_teacher(config: PipelineConfig) -> Teacher | None:
 
     Raises:
         InputError: `data.distill_from: RUN: ...` naming the problem: no such run directory,
-            no export in it, several runs (an ensemble of teachers: not supported yet), a
-            vocabulary other than a fine-tuning parent's.
+            no export in it, an export made with another vocabulary than the run's; for an
+            ensemble, members of other vocabularies or dtypes (`ensemble_exports`).
     """
-    teachers = config.data.teachers()
-    if not teachers:
+    runs = tuple(map(Path, config.data.teachers()))
+    if not runs:
         return None
-    if len(teachers) > 1:
-        raise InputError(f"{FIELD}: {', '.join(teachers)}: an ensemble of teachers is not "
-                         f"supported yet; name one run")
-    run = Path(teachers[0])
-    if not run.is_dir():
-        raise InputError(f"{FIELD}: {run}: no such run directory")
-    spm_model = RunPaths(run).spm_model
-    if not spm_model.is_file():
-        raise InputError(f"{FIELD}: {run}: not a run directory (no {spm_model.relative_to(run)})")
-    runtime, export = _fastest_export(run)
-    metadata, export_spm = export_files(runtime, export)
-    if export_spm.is_file() and export_spm.read_bytes() != spm_model.read_bytes():
-        raise InputError(f"{FIELD}: {run}: its export {export} was made with another vocabulary "
-                         f"than {spm_model}; export the teacher again")
-    return Teacher(run, runtime, export, spm_model, _identity(runtime, export, metadata))
+    for run in runs:
+        if not run.is_dir():
+            raise InputError(f"{FIELD}: {run}: no such run directory")
+        if not RunPaths(run).spm_model.is_file():
+            raise InputError(f"{FIELD}: {run}: not a run directory (no "
+                             f"{RunPaths(run).spm_model.relative_to(run)})")
+    if len(runs) == 1:
+        runtime, export = _fastest_export(runs[0])
+        exports = (export,)
+    else:
+        runtime = "tf"
+        try:
+            exports = tuple(ensemble_exports(runs))
+        except ExportError as error:
+            raise InputError(f"{FIELD}: {error}") from None
+    for run, export in zip(runs, exports):
+        export_spm, spm_model = export_files(runtime, export)[1], RunPaths(run).spm_model
+        if export_spm.is_file() and export_spm.read_bytes() != spm_model.read_bytes():
+            raise InputError(f"{FIELD}: {run}: its export {export} was made with another "
+                             f"vocabulary than {spm_model}; export the teacher again")
+    return Teacher(runs, runtime, exports, RunPaths(runs[0]).spm_model,
+                   _identity(runtime, exports))
 
 
 def check_languages(data: DataConfig, teacher: Teacher) -> None:
@@ -102,16 +121,17 @@ def check_languages(data: DataConfig, teacher: Teacher) -> None:
     """
     from pipelines.corpus.shards import train_corpora
 
-    try:
-        known = {corpus.languages for corpus in train_corpora(RunPaths(teacher.run).data)
-                 if None not in corpus.languages}
-    except InputError:  # not prepared here (an export copied alone): nothing to compare
-        return
-    for corpus in data.corpus_configs():
-        if known and None not in corpus.languages and corpus.languages not in known:
-            pairs = ", ".join(sorted("-".join(pair) for pair in known))
-            raise InputError(f"{FIELD}: {teacher.run} translates {pairs}; corpus {corpus.name} "
-                             f"is {'-'.join(corpus.languages)}")
+    for run in teacher.runs:
+        try:
+            known = {corpus.languages for corpus in train_corpora(RunPaths(run).data)
+                     if None not in corpus.languages}
+        except InputError:  # not prepared here (an export copied alone): nothing to compare
+            continue
+        for corpus in data.corpus_configs():
+            if known and None not in corpus.languages and corpus.languages not in known:
+                pairs = ", ".join(sorted("-".join(pair) for pair in known))
+                raise InputError(f"{FIELD}: {run} translates {pairs}; corpus {corpus.name} "
+                                 f"is {'-'.join(corpus.languages)}")
 
 
 def teacher_files(config: PipelineConfig) -> list[Path]:
@@ -122,7 +142,8 @@ def teacher_files(config: PipelineConfig) -> list[Path]:
         teacher = find_teacher(config)
     except InputError:
         return []
-    return _export_files(teacher.export) if teacher else []
+    return [path for export in teacher.exports for path in _export_files(export)
+            ] if teacher else []
 
 
 def distill_shards(teacher: Teacher, staging: Path, stems: Sequence[str], directory: Path,
@@ -149,7 +170,7 @@ def distill_shards(teacher: Teacher, staging: Path, stems: Sequence[str], direct
                 open(source, encoding="utf-8") as lines:
             reused += done
             if done < total:
-                translator = translator or open_translator(teacher.run, teacher.runtime)
+                translator = translator or teacher.open()
                 before = sum(totals[:index]) + done  # lines of the split translated
 
                 def report(count: int) -> None:
@@ -215,14 +236,17 @@ def _export_files(directory: Path) -> list[Path]:
     return sorted(path for path in directory.rglob("*") if path.is_file())
 
 
-def _identity(runtime: str, export: Path, metadata: Path) -> str:
-    """A digest of the export that translates: its runtime, metadata and files (name, size,
-    time)."""
+def _identity(runtime: str, exports: Sequence[Path]) -> str:
+    """A digest of the exports that translate: their runtime, and each one's metadata and
+    files (name, size, time)."""
     digest = hashlib.sha256(f"{runtime}\n".encode())
-    digest.update(metadata.read_bytes() if metadata.is_file() else b"")
-    for path in _export_files(export):
-        stat = path.stat()
-        digest.update(f"{path.relative_to(export)} {stat.st_size} {stat.st_mtime_ns}\n".encode())
+    for export in exports:
+        metadata = export_files(runtime, export)[0]
+        digest.update(metadata.read_bytes() if metadata.is_file() else b"")
+        for path in _export_files(export):
+            stat = path.stat()
+            digest.update(f"{path.relative_to(export)} {stat.st_size} "
+                          f"{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 

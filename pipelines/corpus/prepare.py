@@ -158,9 +158,9 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         check_languages(data, teacher)
         check_parent_symbols(data, teacher.spm_model, FIELD, "teacher")
         if parent and parent.spm_model.read_bytes() != teacher.spm_model.read_bytes():
-            raise InputError(f"{FIELD}: {teacher.run}: its vocabulary {teacher.spm_model} is not "
-                             f"the fine-tuning parent's ({parent.spm_model}); a distilled run "
-                             f"shares its teacher's")
+            raise InputError(f"{FIELD}: {teacher.runs[0]}: its vocabulary {teacher.spm_model} is "
+                             f"not the fine-tuning parent's ({parent.spm_model}); a distilled "
+                             f"run shares its teacher's")
     elif parent:
         check_parent_symbols(data, parent.spm_model)
     _remove_staging(paths.data)

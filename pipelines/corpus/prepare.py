@@ -8,7 +8,9 @@ sample of at most `data.vocab_max_sentences` train sentences per side, the targe
 tokens of a multilingual run and the corpus tags its user symbols (a fine-tuning run, `train.init_from`, copies its parent's instead, which must
 hold the tags), and the summary's token statistics are estimated from a sample of 100,000
 train pairs (`pipelines.corpus.splitting.STATS_SAMPLE`). With `data.alignments` the train pairs' word
-alignments are written beside their shards (`pipelines.corpus.alignments`).
+alignments are written beside their shards (`pipelines.corpus.alignments`). The lexical
+shortlist's table (vocab/shortlist.npz: `pipelines.corpus.shortlist`) is counted from the train
+shards, by their word alignments when there are any, else by co-occurrence.
 
 Everything is written under data/.prepare-PID first and moved into place at the end, the train
 manifest last: a bad corpus raises before anything is written, and an interrupted prepare
@@ -36,6 +38,7 @@ from pipelines.paths import RunPaths
 from pipelines.progress import PassProgress
 from pipelines.corpus.alignments import write_alignments
 from pipelines.corpus.language_id import MODEL_NAME, Languages
+from pipelines.corpus.shortlist import write_shortlist
 from pipelines.corpus.shards import CorpusShards, is_shard_file, shard_stems, write_manifest
 from pipelines.corpus.sources import open_sources
 from pipelines.corpus.splitting import Splits, write_splits
@@ -69,6 +72,7 @@ class PrepareSummary:
     corpora: tuple[CorpusShards, ...] = ()  # each corpus's train shards, weight and tag
     duplicates: tuple[int, ...] = ()  # each corpus's pairs dropped as duplicates
     languages: tuple[Languages, ...] = ()  # each corpus's languages checked (data.language_id)
+    shortlist: str = ""  # what the shortlist's table counted
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -94,6 +98,7 @@ class PrepareSummary:
             f"per train sentence",
             f"  padding   source {self.padding_efficiency[0]:.3f}, target "
             f"{self.padding_efficiency[1]:.3f} real tokens per batch token",
+            f"  shortlist {RunPaths(self.run_dir).shortlist.name} from the {self.shortlist}",
         ] + ([f"  aligned   {train:,} train pairs with {self.aligner} in "
               f"{self.align_seconds:.1f} s (data/*.align)"] if self.aligner != "none" else []))
 
@@ -155,6 +160,9 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         if data.alignments != "none":
             write_alignments(staging, _shard_stems(splits), model_proto, progress.message)
         align_seconds = time.monotonic() - align_start
+        shortlist = write_shortlist(staging, _shard_stems(splits), model_proto,
+                                    data.alignments != "none", staging / paths.shortlist.name,
+                                    progress.message)
         _publish(staging, paths, splits, model_proto, data.alignments)
     finally:
         progress.close()
@@ -169,7 +177,8 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         vocab_type=model_type(model_proto), vocab_parent=parent.spm_model if parent else None,
         avg_tokens=avg_tokens, padding_efficiency=efficiency, seconds=time.monotonic() - start,
         aligner=data.alignments, align_seconds=align_seconds, corpora=tuple(splits.corpora),
-        duplicates=tuple(splits.duplicates), languages=splits.languages)
+        duplicates=tuple(splits.duplicates), languages=splits.languages,
+        shortlist=f"{shortlist.statistic} of {shortlist.pairs:,} train pairs")
 
 
 def _user_symbols(data: DataConfig) -> list[str]:
@@ -248,6 +257,7 @@ def _publish(staging: Path, paths: RunPaths, splits: Splits, model_proto: bytes,
         os.replace(staging / name, paths.data / name)
     paths.vocab.mkdir(parents=True, exist_ok=True)
     os.replace(staging / paths.spm_model.name, paths.spm_model)
+    os.replace(staging / paths.shortlist.name, paths.shortlist)
     write_lines_atomic(paths.spm_vocab,
                        (f"{piece}\t{score:g}" for piece, score in vocabulary(model_proto)))
     write_manifest(paths.data, splits.corpora, aligner if aligner != "none" else None)

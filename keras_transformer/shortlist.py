@@ -117,7 +117,7 @@ class BatchCandidates(NamedTuple):
 
 
 def batch_candidates(shortlist: Shortlist, source_ids: tf.Tensor, vocab_size: int,
-                     forced_ids: tf.Tensor | None = None, size: int | None = None
+                     forced_ids: tf.Tensor | None = None, size: tf.Tensor | None = None
                      ) -> BatchCandidates:
     """Graph code: the candidates of a batch of sources int32 [batch, source] (pieces, EOS,
     PAD), with each row's `forced_ids` int32 [batch, m] (pieces it must be able to produce,
@@ -149,12 +149,12 @@ def batch_candidates(shortlist: Shortlist, source_ids: tf.Tensor, vocab_size: in
                            tf.gather(member, candidate_ids, axis=1) & real[None])
 
 
-def fixed_size(table_width: int, always: int, batch: int, source: int, forced: int,
-               vocab_size: int) -> int:
-    """A bound on the union of `batch_candidates` for static shapes: every row's table rows,
-    source pieces and forced pieces, with the pieces always allowed (at most the
-    vocabulary)."""
-    return min(vocab_size, batch * (source * (table_width + 1) + forced) + always)
+def fixed_size(table_width: int, always: int, batch: tf.Tensor | int,
+               source: tf.Tensor | int, forced: int, vocab_size: int) -> tf.Tensor:
+    """A bound on the union of `batch_candidates` (int32 []) from shapes only, so that XLA
+    knows it when it compiles: every row's table rows, source pieces and forced pieces, with
+    the pieces always allowed (at most the vocabulary)."""
+    return tf.minimum(vocab_size, batch * (source * (table_width + 1) + forced) + always)
 
 
 def to_candidate_index(ids: tf.Tensor, candidate_ids: tf.Tensor, vocab_size: int) -> tf.Tensor:

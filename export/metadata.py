@@ -41,7 +41,8 @@ class ExportMetadata:
     """The decoding settings an export decodes with, its model config, Keras dtype policy and
     the largest batch its beam search runs compiled by XLA (0: none) and how many beam
     searches its graph runs side by side (`keras_transformer.parallel_search`; a SavedModel's),
-    and the target languages of a multilingual model (() for a bilingual one)."""
+    the target languages of a multilingual model (() for a bilingual one), and its lexical
+    shortlist's sizes (`keras_transformer.shortlist`; None: it searches the vocabulary)."""
 
     settings: DecodingSettings
     model: ModelConfig
@@ -49,12 +50,15 @@ class ExportMetadata:
     xla_max_batch: int = 0
     parallel_searches: int = 1
     target_languages: tuple[str, ...] = ()
+    shortlist: tuple[int, int] | None = None  # (k, frequent) of its lexical shortlist
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.settings.to_dict(), "model": self.model.to_dict(), "dtype": self.dtype,
                 "xla_max_batch": self.xla_max_batch,
                 "parallel_searches": self.parallel_searches,
-                "target_languages": list(self.target_languages)}
+                "target_languages": list(self.target_languages),
+                "shortlist": None if self.shortlist is None else {
+                    "k": self.shortlist[0], "frequent": self.shortlist[1]}}
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
@@ -71,7 +75,8 @@ class ExportMetadata:
             return cls(DecodingSettings.from_dict(data), ModelConfig(**data["model"]),
                        data.get("dtype", "float32"), int(data.get("xla_max_batch", 0)),
                        int(data.get("parallel_searches", 1)),
-                       _codes(data.get("target_languages", [])))
+                       _codes(data.get("target_languages", [])),
+                       _shortlist(data.get("shortlist")))
         except FileNotFoundError:
             raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
         except DecodingSettingsError as error:
@@ -85,6 +90,12 @@ def _codes(values: Any) -> tuple[str, ...]:
     if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
         raise TypeError("target_languages: not a list of language codes")
     return tuple(values)
+
+
+def _shortlist(value: Any) -> tuple[int, int] | None:
+    """translator.json's shortlist: null (none, or an export older than shortlists) or
+    {"k": K, "frequent": N} (KeyError, TypeError or ValueError otherwise)."""
+    return None if value is None else (int(value["k"]), int(value["frequent"]))
 
 
 def saved_model_metadata(version_dir: Path) -> ExportMetadata:

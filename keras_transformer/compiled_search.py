@@ -30,7 +30,8 @@ from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.static_search import static_beam_search
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from keras_transformer.shortlist import Shortlist, fixed_size
+from keras_transformer.shortlist import fixed_size
+from keras_transformer.shortlist_table import Shortlist
 from keras_transformer.translate import (candidate_step, decode_hypotheses, encode_for_search,
                                          search_kernel, shortlisted, vocabulary_ids)
 
@@ -78,7 +79,8 @@ def decode_hypotheses_compiled(model: Transformer, source_ids: tf.Tensor,
                                ) -> tuple[tf.Tensor, tf.Tensor]:
     """`decode_hypotheses` (the same n-best lists), through `search` (`compiled_search`)
     for batches of 1 to `xla_max_batch` sources, else by `graph_search` (default:
-    `decode_hypotheses` with `shortlist`, the graph's retiring beam search)."""
+    `decode_hypotheses` with `shortlist`, the graph's retiring beam search; also where the
+    shortlist is switched off, as its fixed candidate size would not hold the vocabulary)."""
     source_ids = settings.cut_source_ids(tf.cast(source_ids, tf.int32),
                                          model.model_config.max_length)  # [batch, source]
     batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
@@ -92,7 +94,8 @@ def decode_hypotheses_compiled(model: Transformer, source_ids: tf.Tensor,
 
     graph_search = graph_search or (lambda ids: decode_hypotheses(model, ids, settings,
                                                                   shortlist=shortlist))
-    return tf.cond((batch > 0) & (batch <= xla_max_batch), compiled,
+    enabled = True if shortlist is None else shortlist.enabled  # off: U is the vocabulary
+    return tf.cond((batch > 0) & (batch <= xla_max_batch) & enabled, compiled,
                    lambda: graph_search(source_ids))
 
 

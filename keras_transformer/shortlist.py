@@ -1,12 +1,5 @@
-"""The lexical shortlist: its table (which target pieces each source piece may bring) and its
-use by a search (a batch's candidates, each row's own, the projection onto them).
-
-A table (`ShortlistTable`, vocab/shortlist.npz, written by prepare:
-`pipelines.corpus.shortlist`) ranks, for each source piece, the target pieces most likely to
-translate it (best first, STORED_PER_PIECE at most), every target piece by its frequency in
-the train targets, and the pieces always allowed (PAD, UNK, BOS, EOS and the user symbols:
-language tokens, corpus tags). `ShortlistTable.select(k, n)` keeps the k best of each source
-piece and the n most frequent target pieces: the `Shortlist` a search reads.
+"""The lexical shortlist in a search: a batch's candidates (the union of its rows', each
+row's own), and candidate indices <-> vocabulary ids (the table: `shortlist_table`).
 
 A sentence's candidates are the k best of each of its source pieces, the source pieces
 themselves (names and numbers copied), the n frequent pieces, the pieces always allowed, and
@@ -18,8 +11,7 @@ has alone (batch invariance). The union is sorted by id, so the special ids (0 t
 their positions: the search runs in candidate indices, with PAD, BOS and EOS as themselves,
 and `BatchCandidates.ids` maps its output back to vocabulary ids.
 
-    table = ShortlistTable.load(Path("runs/demo/vocab/shortlist.npz"))
-    shortlist = table.select(k=50, n=100)  # int32 arrays; Shortlist(*map(tf.constant, ...))
+    shortlist = ShortlistTable.load(Path("runs/demo/vocab/shortlist.npz")).select(50, 100)
     batch = batch_candidates(shortlist, source_ids, vocab_size)  # ids [U], rows [batch, U]
     kernel = tf.gather(model.embedding.output_kernel(), batch.ids, axis=1)  # [d_model, U]
 
@@ -31,82 +23,17 @@ Example:
 """
 from __future__ import annotations
 
-import dataclasses
-import io
-import zipfile
-from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import tensorflow as tf
 
+from keras_transformer.shortlist_table import Shortlist
 from keras_transformer.tokenizer import PAD_ID
 
-STORED_PER_PIECE = 100  # the best target pieces kept per source piece (Bergamot's extract_lex)
-
-
-@dataclasses.dataclass(frozen=True)
-class ShortlistTable:
-    """The table prepare writes: candidates int32 [vocab, STORED_PER_PIECE] (each source
-    piece's target pieces best first, then PAD), frequent int32 [vocab] (every piece, most
-    frequent in the train targets first), always int32 [a] (PAD, UNK, BOS, EOS, user symbols),
-    statistic ("alignments" or "co-occurrence") and pairs (the train pairs counted)."""
-
-    candidates: np.ndarray
-    frequent: np.ndarray
-    always: np.ndarray
-    statistic: str
-    pairs: int
-
-    @property
-    def vocab_size(self) -> int:
-        return self.candidates.shape[0]
-
-    def select(self, k: int, n: int) -> Shortlist:
-        """The k best candidates of each source piece ([vocab, k], numpy int32) and the
-        pieces always allowed with the n most frequent (numpy int32, sorted, unique)."""
-        always = np.union1d(self.always, self.frequent[:n]).astype(np.int32)
-        return Shortlist(np.ascontiguousarray(self.candidates[:, :k], np.int32), always)
-
-    def save(self, path: Path) -> None:
-        """Writes the table to `path` (a .npz whose bytes depend only on the table; callers
-        write to a staging path, then move it into place)."""
-        arrays = {"candidates": self.candidates, "frequent": self.frequent,
-                  "always": self.always, "statistic": np.array(self.statistic),
-                  "pairs": np.array(self.pairs, np.int64)}
-        with zipfile.ZipFile(path, "w") as archive:
-            for name, array in arrays.items():
-                buffer = io.BytesIO()
-                np.save(buffer, array, allow_pickle=False)
-                archive.writestr(zipfile.ZipInfo(f"{name}.npy", (1980, 1, 1, 0, 0, 0)),
-                                 buffer.getvalue())
-
-    @classmethod
-    def load(cls, path: Path) -> ShortlistTable:
-        """The table saved at `path`.
-
-        Raises:
-            ValueError: not a shortlist table (a missing array, a shape that disagrees).
-        """
-        try:
-            with np.load(path, allow_pickle=False) as arrays:
-                table = cls(arrays["candidates"].astype(np.int32),
-                            arrays["frequent"].astype(np.int32),
-                            arrays["always"].astype(np.int32), str(arrays["statistic"]),
-                            int(arrays["pairs"]))
-        except (KeyError, OSError, ValueError) as error:
-            raise ValueError(f"{path}: not a shortlist table ({error})") from None
-        if table.candidates.ndim != 2 or table.frequent.shape != (table.vocab_size,):
-            raise ValueError(f"{path}: not a shortlist table (candidates "
-                             f"{table.candidates.shape}, frequent {table.frequent.shape})")
-        return table
-
-
-class Shortlist(NamedTuple):
-    """What a search reads (numpy arrays or tensors): table int32 [vocab, k], each source
-    piece's candidates (PAD where fewer); always int32 [a], every sentence's."""
-    table: tf.Tensor
-    always: tf.Tensor
+# The name of the op that gathers the candidates' columns of the output kernel
+# (`keras_transformer.translate.search_kernel`): its output is no weight, which ONNX Runtime's
+# int8 quantization must leave alone (`export.onnx_quantize`).
+KERNEL_OP = "shortlist_kernel"
 
 
 class BatchCandidates(NamedTuple):
@@ -136,6 +63,7 @@ def batch_candidates(shortlist: Shortlist, source_ids: tf.Tensor, vocab_size: in
     hits = tf.scatter_nd(tf.reshape(tf.stack([row, ids], axis=2), [-1, 2]),
                          tf.ones([tf.size(ids)], tf.int32), [batch, vocab_size])
     allowed = tf.scatter_nd(always[:, None], tf.ones_like(always), [vocab_size]) > 0  # [vocab]
+    allowed |= ~tf.convert_to_tensor(shortlist.enabled, tf.bool)  # off: every piece
     member = (hits > 0) | allowed[None]  # [batch, vocab]
     union = tf.reduce_any(member, axis=0) | allowed  # [vocab]
     if size is None:

@@ -44,7 +44,8 @@ from keras_transformer.constrained_search import constrained_beam_search
 from keras_transformer.decoding import beam_search
 from keras_transformer.greedy import greedy_search
 from keras_transformer.search_primitives import NEG_INF, length_penalty
-from keras_transformer.shortlist import Shortlist, batch_candidates, to_candidate_index
+from keras_transformer.shortlist import KERNEL_OP, batch_candidates, to_candidate_index
+from keras_transformer.shortlist_table import Shortlist
 from keras_transformer.sampling import Sampling, sample_picker
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
@@ -219,7 +220,7 @@ def search_kernel(model: Transformer, candidate_ids: tf.Tensor | None) -> tf.Ten
     output_kernel = model.embedding.output_kernel()  # [d_model, vocab]
     if candidate_ids is None:
         return output_kernel
-    return tf.gather(output_kernel, candidate_ids, axis=1)  # [d_model, U]
+    return tf.gather(output_kernel, candidate_ids, axis=1, name=KERNEL_OP)  # [d_model, U]
 
 
 def _scoring(model: Transformer, candidate_ids: tf.Tensor | None = None):

@@ -32,7 +32,8 @@ from pipelines.checkpoints.files import replace_directory, tf_write_errors
 from pipelines.config import PipelineConfig
 from pipelines.config.export import EXPORT_FORMATS
 from pipelines.files import atomic_open, check_writable
-from pipelines.models import load_model_for_inference, run_translator
+from keras_transformer.shortlist_table import Shortlist
+from pipelines.models import load_model_for_inference, run_shortlist, run_translator
 from pipelines.paths import RunPaths
 
 WARMUP_SENTENCES = 4
@@ -54,6 +55,7 @@ class ExportSummary:
     seconds: float
     saved_model_xla_max_batch: int = 0  # export.saved_model_xla_max_batch
     saved_model_parallel_searches: int = 1  # export.saved_model_parallel_searches
+    shortlist: str = ""  # the lexical shortlist the exports search with, or why none
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -73,6 +75,8 @@ class ExportSummary:
             lines.append(f"  onnx         {self.onnx}/{{model,model_int8,translator,score}}.onnx")
         if self.ctranslate2:
             lines.append(f"  ctranslate2  {self.ctranslate2}/{{float32,int8}}")
+        if self.shortlist:
+            lines.append(f"  shortlist    {self.shortlist}")
         return "\n".join(lines)
 
 
@@ -99,13 +103,14 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     # ONNX and CTranslate2 take a float32 model; the SavedModel one in `dtype`.
     first_dtype = "float32" if set(formats) - {"saved_model"} else dtype
     model, checkpoint = load_model_for_inference(config, checkpoint, first_dtype)
-    translator = run_translator(config, model)
+    shortlist = run_shortlist(config)
+    translator = run_translator(config, model, shortlist=shortlist)
     saved_model = onnx = ctranslate2 = None
     if "saved_model" in formats:
         served = run_translator(config, model if first_dtype == dtype else
                                 load_model_for_inference(config, checkpoint, dtype)[0],
                                 config.export.saved_model_xla_max_batch,
-                                config.export.saved_model_parallel_searches)
+                                config.export.saved_model_parallel_searches, shortlist)
         with tf_write_errors(paths.saved_model):
             saved_model = export_saved_model(served, paths.saved_model,
                                              warmup_text=_warmup_text(paths),
@@ -125,7 +130,20 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     return ExportSummary(checkpoint, saved_model, dtype_reason, onnx, ctranslate2,
                          config.evaluate.beam_size, config.evaluate.alpha,
                          time.perf_counter() - start, config.export.saved_model_xla_max_batch,
-                         config.export.saved_model_parallel_searches)
+                         config.export.saved_model_parallel_searches,
+                         _shortlist_line(config, shortlist))
+
+
+def _shortlist_line(config: PipelineConfig, shortlist: Shortlist | None) -> str:
+    """The summary's line on the exports' lexical shortlist (said once)."""
+    path = RunPaths(config.run_path).shortlist
+    if shortlist is not None:
+        return (f"{shortlist.table.shape[1]} candidates a source piece and the "
+                f"{shortlist.frequent} most frequent pieces ({path})")
+    if not config.export.shortlist:
+        return "none (export.shortlist: false): every piece searched"
+    return (f"none: {path} is missing (a run prepared before shortlists; prepare again to "
+            f"have one): every piece searched")
 
 
 def _write_directory(write: Callable[[Path], object], target: Path) -> Path:

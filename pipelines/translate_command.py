@@ -73,7 +73,8 @@ def translate_command(args: argparse.Namespace) -> int:
         if runtime == "tf":
             import_tensorflow_quietly()
             warn_unused_gpu_driver("translate", "translating")
-        translator = open_translator(Path(args.model_dir), args.runtime, args.beam)
+        translator = open_translator(Path(args.model_dir), args.runtime, args.beam,
+                                     args.shortlist)
         if runtime == "tf" and (args.alignments or args.markup):  # before any output
             translator.check_output("translate_terms" if glossary else "translate_aligned",
                                     "alignment")

@@ -8,8 +8,8 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
-from keras_transformer.shortlist import (STORED_PER_PIECE, Shortlist, ShortlistTable,
-                                         batch_candidates, fixed_size, to_candidate_index)
+from keras_transformer.shortlist import batch_candidates, fixed_size, to_candidate_index
+from keras_transformer.shortlist_table import STORED_PER_PIECE, Shortlist, ShortlistTable
 from keras_transformer.tokenizer import train_sentencepiece
 from pipelines.corpus.shortlist import shortlist_table, write_shortlist
 

@@ -71,6 +71,7 @@ from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.languages import target_languages
 from keras_transformer.model import Transformer
 from keras_transformer.sampling import Sampling
+from keras_transformer.shortlist_table import Shortlist
 from keras_transformer.tokenizer import PAD_ID, Tokenizer, user_symbols
 
 
@@ -94,21 +95,36 @@ class Translator(tf.Module):
             program (`keras_transformer.compiled_search`); 0: none (the graph everywhere).
         parallel_searches: the graph's beam search (not XLA's, constrained or sampling)
             runs as this many searches side by side (`keras_transformer.parallel_search`).
+        shortlist: the beam searches (translate, translate_ids, translate_nbest,
+            translate_prefix, translate_aligned, translate_terms) choose each sentence's
+            pieces among its lexical shortlist's candidates (`keras_transformer.shortlist`),
+            held as variables, `shortlist_enabled` their switch; sampling and scoring read
+            the whole vocabulary. None: no shortlist.
     """
 
     def __init__(self, model: Transformer, spm_model_proto: bytes,
                  settings: DecodingSettings = DecodingSettings(),
                  name: str = "translator", xla_max_batch: int = 0,
-                 parallel_searches: int = 1) -> None:
+                 parallel_searches: int = 1, shortlist: Shortlist | None = None) -> None:
         super().__init__(name=name)
+        self._shortlist = Untracked(None)
+        if shortlist is not None:
+            self.shortlist_table = tf.Variable(shortlist.table, trainable=False,
+                                               name="shortlist_table")  # [vocab, k]
+            self.shortlist_always = tf.Variable(shortlist.always, trainable=False,
+                                                name="shortlist_always")  # [a]
+            self.shortlist_enabled = tf.Variable(True, trainable=False,
+                                                 name="shortlist_enabled")
+            self._shortlist = Untracked(Shortlist(self.shortlist_table, self.shortlist_always,
+                                                  shortlist.frequent, self.shortlist_enabled))
         self.settings = settings.for_model(model.model_config.max_length)
         self.spm_model_proto = spm_model_proto
         self.model_variables = [variable.value for variable in model.variables]  # tf.Variable
         self._model = Untracked(model)
         self.xla_max_batch = xla_max_batch
         self.parallel_searches = parallel_searches
-        self._compiled = Untracked(compiled_search(model, self.settings) if xla_max_batch
-                                   else None)
+        self._compiled = Untracked(compiled_search(model, self.settings, self.shortlist)
+                                   if xla_max_batch else None)
         self._target_languages = Untracked(target_languages(user_symbols(spm_model_proto)))
         if self.target_languages:  # the functions that read text: the class's, wrapped
             for name, signature in self.serving_signatures.items():
@@ -119,6 +135,11 @@ class Translator(tf.Module):
     @property
     def model(self) -> Transformer:
         return self._model.value
+
+    @property
+    def shortlist(self) -> Shortlist | None:
+        """The searches' lexical shortlist (its variables), or None."""
+        return self._shortlist.value
 
     @property
     def target_languages(self) -> tuple[str, ...]:
@@ -139,9 +160,12 @@ class Translator(tf.Module):
     def metadata(self) -> ExportMetadata:
         """The decoding settings, the model config, its Keras dtype policy and its target
         languages, as exports record them."""
+        shortlist = self.shortlist
         return ExportMetadata(self.settings, self.model.model_config,
                               self.model.dtype_policy.name, self.xla_max_batch,
-                              self.parallel_searches, self.target_languages)
+                              self.parallel_searches, self.target_languages,
+                              None if shortlist is None else
+                              (int(shortlist.table.shape[1]), shortlist.frequent))
 
     def _multilingual_function(self, name: str, signature: Signature
                                ) -> tf.types.experimental.PolymorphicFunction:
@@ -203,7 +227,7 @@ class Translator(tf.Module):
         with tf.control_dependencies([_same_batch(text, terms, "terms")]):
             source_ids = self.encode(text)
         return termed_translation(self.model, self.spm_model_proto, self.settings, source_ids,
-                                  terms, self.language_words)
+                                  terms, self.language_words, self.shortlist)
 
     @tf.function(input_signature=input_specs("translate_sample"), autograph=False)
     def translate_sample(self, text: tf.Tensor, top_k: tf.Tensor, top_p: tf.Tensor,
@@ -284,7 +308,8 @@ class Translator(tf.Module):
         return nbest_hypotheses(self.model, self.settings, source_ids, prefix_ids,
                                 compiled=self._compiled.value,
                                 xla_max_batch=self.xla_max_batch,
-                                parallel_searches=self.parallel_searches)
+                                parallel_searches=self.parallel_searches,
+                                shortlist=self.shortlist)
 
     # The line methods: `target_lang`, the target language of every line (a multilingual
     # model's; `signatures.in_language` raises ValueError for a missing or unknown one).

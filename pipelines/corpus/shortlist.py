@@ -27,7 +27,7 @@ import numpy as np
 import sentencepiece as spm
 
 from export.word_alignment import parse_alignment, starts_word
-from keras_transformer.shortlist import STORED_PER_PIECE, ShortlistTable
+from keras_transformer.shortlist_table import STORED_PER_PIECE, ShortlistTable
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, user_symbols
 from pipelines.corpus.alignments import ALIGN_SUFFIX, ENCODE_BATCH
 

@@ -44,7 +44,7 @@ class ExportConfig:
     saved_model_parallel_searches: int = 1
     shortlist: bool = True
     shortlist_k: int = 50
-    shortlist_frequent: int = 100
+    shortlist_frequent: int = 200
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.formats) - set(EXPORT_FORMATS))

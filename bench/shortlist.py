@@ -60,7 +60,8 @@ def main() -> None:
             aligned = False
         table_path = Path(tempfile.mkdtemp()) / "shortlist.npz"
         write_shortlist(paths.data, [src.name.removesuffix(".src") for src, _ in shards],
-                        paths.spm_model.read_bytes(), aligned, table_path, print)
+                        paths.spm_model.read_bytes(), aligned, table_path,
+                        sum(len(read_lines(src)) for src, _ in shards), print)
     table = ShortlistTable.load(table_path)
     source_path, reference_path = paths.split(args.split)
     sources = read_lines(source_path, args.lines)

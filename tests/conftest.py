@@ -287,8 +287,9 @@ def shortlist_export(export_translator, tmp_path_factory: pytest.TempPathFactory
     def build(directory: Path) -> None:
         config = load_config(write_run(directory, export_translator))
         paths = RunPaths(config.run_path)
+        pairs = len((paths.data / "train.src").read_text().splitlines())
         write_shortlist(paths.data, ["train"], export_translator.spm_model_proto, False,
-                        paths.shortlist)
+                        paths.shortlist, pairs)
         summary = export_run(dataclasses.replace(config, export=ExportConfig(
             saved_model_xla_max_batch=4, shortlist_k=3, shortlist_frequent=20)))
         (directory / "summary.pickle").write_bytes(pickle.dumps(summary))

@@ -71,17 +71,22 @@ def test_co_occurrence_ranks_by_dice_not_by_target_frequency(model_proto):
     assert table.frequent[0] == ids["PIERRE"]
 
 
-def test_the_table_is_written_whole_from_shards_and_read_back(model_proto, tmp_path: Path):
+def test_the_table_is_written_whole_from_shards_and_read_back(model_proto, tmp_path: Path,
+                                                              monkeypatch):
     for name, src, tgt in (("a", "sun\nmoon\n", "SOLEIL\nLUNE\n"), ("b", "star\n", "ETOILE\n")):
         (tmp_path / f"{name}.src").write_text(src)
         (tmp_path / f"{name}.tgt").write_text(tgt)
     path = tmp_path / "shortlist.npz"
-    written = write_shortlist(tmp_path, ["a", "b"], model_proto, False, path)
+    written = write_shortlist(tmp_path, ["a", "b"], model_proto, False, path, 3)
     read = ShortlistTable.load(path)
     assert read.pairs == 3 and read.statistic == "co-occurrence"
     np.testing.assert_array_equal(read.candidates, written.candidates)
     np.testing.assert_array_equal(read.frequent, written.frequent)
     assert best(read, model_proto, "star", 1) == [piece(model_proto, "ETOILE")]
+    monkeypatch.setattr("pipelines.corpus.shortlist.MAX_PAIRS", 2)  # every second pair
+    sampled = write_shortlist(tmp_path, ["a", "b"], model_proto, False, path, 3)
+    assert sampled.pairs == 2 and best(sampled, model_proto, "moon", 1) == [0]
+    assert best(sampled, model_proto, "star", 1) == [piece(model_proto, "ETOILE")]
     (tmp_path / "bad.npz").write_bytes(b"not a table")
     with pytest.raises(ValueError, match="bad.npz: not a shortlist table"):
         ShortlistTable.load(tmp_path / "bad.npz")

@@ -162,7 +162,7 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         align_seconds = time.monotonic() - align_start
         shortlist = write_shortlist(staging, _shard_stems(splits), model_proto,
                                     data.alignments != "none", staging / paths.shortlist.name,
-                                    progress.message)
+                                    splits.pairs["train"], progress.message)
         _publish(staging, paths, splits, model_proto, data.alignments)
     finally:
         progress.close()

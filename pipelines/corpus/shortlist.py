@@ -1,8 +1,9 @@
 """The lexical shortlist's table from the train pairs (prepare writes vocab/shortlist.npz; its
-form and its use in the search: `keras_transformer.shortlist`).
+form: `keras_transformer.shortlist_table`, its use in the search: `keras_transformer.shortlist`).
 
-Counted over the SentencePiece pieces of at most MAX_PAIRS train pairs, shard by shard,
-CHUNK_PAIRS at a time with numpy (sparse (source, target) counts as sorted int64 keys, merged
+Counted over the SentencePiece pieces of at most MAX_PAIRS train pairs (every pair of the
+shards up to that, else every (pairs / MAX_PAIRS, rounded up)-th, so that every corpus and
+every part of one counts), CHUNK_PAIRS at a time with numpy (sparse (source, target) counts as sorted int64 keys, merged
 chunk by chunk; no Python per piece pair):
 * with word alignments (`data.alignments`): each link pairs every piece of its source word
   with every piece of its target word, and a source piece's candidates are ranked by
@@ -31,7 +32,7 @@ from keras_transformer.shortlist_table import STORED_PER_PIECE, ShortlistTable
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, user_symbols
 from pipelines.corpus.alignments import ALIGN_SUFFIX, ENCODE_BATCH
 
-MAX_PAIRS = 2_000_000  # train pairs counted (the first of the shards, which are shuffled)
+MAX_PAIRS = 2_000_000  # train pairs counted at most (a systematic sample of more)
 CHUNK_PAIRS = 20_000  # pairs counted at once
 
 
@@ -96,17 +97,24 @@ def shortlist_table(sources: Iterable[str], targets: Iterable[str],
 
 
 def write_shortlist(directory: Path, shard_names: Sequence[str], model_proto: bytes,
-                    aligned: bool, path: Path,
+                    aligned: bool, path: Path, pairs: int,
                     report: Callable[[str], None] = lambda _: None) -> ShortlistTable:
-    """Counts the shards `directory`/NAME.src / .tgt (and .align when `aligned`), in order,
-    and saves their table at `path`."""
+    """Counts the shards `directory`/NAME.src / .tgt (and .align when `aligned`) of `pairs`
+    train pairs in all, every one or a systematic sample of MAX_PAIRS, and saves their table
+    at `path`."""
+    stride = -(-pairs // MAX_PAIRS)  # 1 up to MAX_PAIRS pairs
+
     def lines(suffix: str) -> Iterator[str]:
-        for name in shard_names:
-            with open(directory / f"{name}{suffix}", encoding="utf-8", newline="\n") as file:
-                yield from (line.rstrip("\n") for line in file)
+        def every_line() -> Iterator[str]:
+            for name in shard_names:
+                with open(directory / f"{name}{suffix}", encoding="utf-8",
+                          newline="\n") as file:
+                    yield from (line.rstrip("\n") for line in file)
+
+        return itertools.islice(every_line(), 0, None, max(1, stride))
 
     report(f"counting the shortlist's candidates ({'word alignments' if aligned else 'co-occurrence'}) "
-           f"over at most {MAX_PAIRS:,} train pairs")
+           f"over {min(pairs, MAX_PAIRS):,} of the {pairs:,} train pairs")
     table = shortlist_table(lines(".src"), lines(".tgt"),
                             lines(ALIGN_SUFFIX) if aligned else None, model_proto)
     table.save(path)

@@ -36,6 +36,7 @@ from export.word_alignment import align_words, format_alignment
 from keras_transformer.decoding_settings import SamplingSettings, max_target_pieces
 
 QUANTIZATIONS = ("float32", "int8")  # the models an export writes, one directory each
+VMAP_NAME = "vmap.txt"  # a model's vocabulary mapping (its lexical shortlist), CTranslate2's name
 Languages = str | Sequence[str] | None  # `target_lang`: `export.lines.line_languages`
 LINE_BREAK_PIECES, SPACE_PIECE = ("<0x0A>", "<0x0D>"), "<0x20>"
 
@@ -47,11 +48,15 @@ class CTranslate2Translator:
         directory: a CTranslate2 export directory (holding float32/, int8/, spm.model).
         quantization: which model to run (QUANTIZATIONS).
         threads: intra-op threads (default: one per CPU core).
+        shortlist: beam search among the lexical shortlist's candidates where the export has
+            one (its vocabulary mapping, `use_vmap`: CTranslate2 projects a batch onto the
+            union of its sentences' candidates); false: the whole vocabulary.
     """
 
     def __init__(self, directory: Path, quantization: str = "float32",
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, shortlist: bool = True) -> None:
         self.directory = Path(directory)
+        self.use_vmap = shortlist and (self.directory / quantization / VMAP_NAME).is_file()
         if quantization not in QUANTIZATIONS:
             raise ExportError(f"unknown CTranslate2 quantization {quantization!r}; choose from "
                               f"{', '.join(QUANTIZATIONS)}")
@@ -98,6 +103,7 @@ class CTranslate2Translator:
         longest = max(len(sources[i]) + 1 for i in real)  # EOS included
         settings = self.metadata.settings
         options = {"beam_size": settings.beam_size, "length_penalty": settings.alpha,
+                   "use_vmap": self.use_vmap,
                    "max_decoding_length": settings.output_limit(
                        longest, self.metadata.model.max_length), **options}
         batch = self.translator.translate_batch([sources[i] for i in real], max_input_length=0,
@@ -145,7 +151,8 @@ class CTranslate2Translator:
     def sampled_lines(self, lines: Sequence[str | bytes], sampling: SamplingSettings,
                       first_index: int = 0, batch_size: int = 32,
                       target_lang: str | None = None) -> list[tuple[str, float]]:
-        """(translation drawn at random, score) of each line, in order. The generators are
+        """(translation drawn at random, score) of each line, in order, drawn from the whole
+        vocabulary (as the graphs' translate_sample, without the shortlist). The generators are
         seeded with `sampling.seed` + first_index, yet CTranslate2's draws do not repeat (its
         worker threads' generators ignore the seed: CTranslate2 issue #1757)."""
         ctranslate2.set_random_seed(sampling.seed + first_index)
@@ -153,7 +160,7 @@ class CTranslate2Translator:
         def translate(batch: list[str | bytes]) -> dict:
             sources = self._source_pieces(batch, target_lang)
             return self._scored(sources, self.translate_pieces(
-                sources, beam_size=1, sampling_topk=sampling.top_k,
+                sources, beam_size=1, use_vmap=False, sampling_topk=sampling.top_k,
                 sampling_topp=sampling.top_p, sampling_temperature=sampling.temperature))
 
         return scored_in_batches(translate, lines, batch_size)

@@ -1,7 +1,8 @@
 """CTranslate2 export: a Translator's weights as CTranslate2 Transformer models, float32 and
 int8, for `keras-transformer translate --runtime ct2` (`export.ct2_runtime`).
 
-    ctranslate2/float32/  model.bin, config.json, shared_vocabulary.json
+    ctranslate2/float32/  model.bin, config.json, shared_vocabulary.json (and vmap.txt, the
+                          lexical shortlist as CTranslate2's vocabulary mapping)
     ctranslate2/int8/     the same weights quantized to int8 (CTranslate2's own quantization)
     ctranslate2/spm.model, translator.json   the tokenizer and the decoding settings
 
@@ -15,7 +16,8 @@ per batch (the longest source + extra_length) where ours is per sentence (docs/s
 "CTranslate2"). The spec declares the decoder layer whose cross-attention, averaged over its
 heads (head 0 alone after guided-alignment training), gives word alignments
 (`keras_transformer.alignment`), so that `translate_batch(return_attention=True)` returns the
-attention the SavedModel's `align` reads.
+attention the SavedModel's `align` reads. A Translator's lexical shortlist ships as each model's
+vocabulary mapping (`vocabulary_mapping`), which `export.ct2_runtime` uses (`use_vmap`).
 
 Example:
     translator = Translator(model, spm_model_proto, DecodingSettings(beam_size=4))
@@ -26,6 +28,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from ctranslate2.converters import Converter
@@ -38,7 +41,10 @@ from export.translator import Translator
 from keras_transformer.alignment import alignment_layer
 from keras_transformer.layers.positional_encoding import sinusoidal_table
 from keras_transformer.model import Transformer
-from keras_transformer.tokenizer import vocabulary
+from keras_transformer.shortlist_table import Shortlist
+from keras_transformer.tokenizer import PAD_ID, vocabulary
+
+VMAP_FILE = "vocab_mapping.txt"  # written beside the models while they convert, then removed
 
 
 class TransformerConverter(Converter):
@@ -109,13 +115,34 @@ def export_ctranslate2(translator: Translator, directory: Path,
     pieces = [piece for piece, _ in vocabulary(translator.spm_model_proto)]
     converter = TransformerConverter(translator.model, pieces)
     paths = {name: directory / name for name in quantizations}
+    vmap = None
+    if translator.shortlist is not None:
+        vmap = directory / VMAP_FILE  # a staging file: each model directory gets its copy
+        vmap.write_text("".join(vocabulary_mapping(translator.shortlist, pieces)),
+                        encoding="utf-8")
     for name in quantizations:
-        converter.convert(str(paths[name]), quantization=name, force=True)
+        converter.convert(str(paths[name]), vmap=vmap and str(vmap), quantization=name,
+                          force=True)
+    if vmap is not None:
+        vmap.unlink()
     paths[SPM_FILE] = directory / SPM_FILE
     paths[SPM_FILE].write_bytes(translator.spm_model_proto)
     paths[METADATA_FILE] = directory / METADATA_FILE
     translator.metadata().write(paths[METADATA_FILE])
     return paths
+
+
+def vocabulary_mapping(shortlist: Shortlist, pieces: list[str]) -> Iterator[str]:
+    """The lines of CTranslate2's vocabulary mapping file (`SOURCE\tTARGET ...`) of a
+    lexical shortlist: the empty key's line holds the pieces always allowed (CTranslate2 adds
+    PAD, UNK, BOS and EOS itself), each source piece's line its candidates and itself, as
+    `keras_transformer.shortlist.batch_candidates` takes them; CTranslate2 projects a batch
+    onto the union of its sentences' candidates (not each row onto its own)."""
+    table = np.asarray(shortlist.table)  # [vocab, k]
+    yield "\t" + " ".join(pieces[i] for i in np.asarray(shortlist.always)) + "\n"
+    for source, row in enumerate(table):
+        targets = dict.fromkeys([*(int(i) for i in row if i != PAD_ID), source])
+        yield pieces[source] + "\t" + " ".join(pieces[i] for i in targets) + "\n"
 
 
 def _numpy(variable) -> np.ndarray:

@@ -92,9 +92,11 @@ def export_files(runtime: str, directory: Path) -> tuple[Path, Path]:
 
 
 def open_translator(path: Path, runtime: str | None = None,
-                    beam_size: int | None = None) -> LineTranslator:
+                    beam_size: int | None = None, shortlist: bool = True) -> LineTranslator:
     """The translator of an export; with `beam_size` other than the exported one, the
     SavedModel's weights are rebuilt into an in-process Translator (ONNX cannot: re-export).
+    `shortlist` false: every piece searched, not the export's lexical shortlist (an ONNX
+    export that holds one refuses it).
 
     Raises:
         ExportError: see `resolve_export`; a beam size the ONNX export was not made with; a
@@ -108,7 +110,7 @@ def open_translator(path: Path, runtime: str | None = None,
         if beam_size not in (None, exported):
             raise ExportError(f"{directory}: exported with beam {exported}; set evaluate."
                              f"beam_size: {beam_size} and re-export, or use --runtime tf")
-        return CTranslate2Translator(directory.parent, directory.name)
+        return CTranslate2Translator(directory.parent, directory.name, shortlist=shortlist)
     if runtime == "onnx":
         from export.onnx_runtime import OnnxTranslator
 
@@ -117,15 +119,16 @@ def open_translator(path: Path, runtime: str | None = None,
             raise ExportError(f"{directory}: exported with beam {exported}; set evaluate."
                              f"beam_size: {beam_size} and re-export, or use --runtime tf")
         _check_onnx(directory / TRANSLATOR_FILE)
-        return OnnxTranslator(directory)
-    translator = open_saved_model(directory)
+        return OnnxTranslator(directory, shortlist=shortlist)
+    translator = open_saved_model(directory, shortlist)
     if beam_size in (None, translator.metadata.settings.beam_size):
         return translator
     return rebuild_translator(translator, beam_size=beam_size)
 
 
-def open_saved_model(version_dir: Path) -> SavedModelTranslator:
-    """The SavedModel version loaded (`export.saved_model.SavedModelTranslator`).
+def open_saved_model(version_dir: Path, shortlist: bool = True) -> SavedModelTranslator:
+    """The SavedModel version loaded (`export.saved_model.SavedModelTranslator`; `shortlist`:
+    its).
 
     Raises:
         ExportError: its metadata, graph or variables missing, truncated or corrupt.
@@ -136,7 +139,7 @@ def open_saved_model(version_dir: Path) -> SavedModelTranslator:
 
     saved_model_metadata(version_dir)
     try:
-        return SavedModelTranslator(version_dir)
+        return SavedModelTranslator(version_dir, shortlist)
     except OSError:  # TF's "Cannot parse file ...saved_model.pb"
         raise unreadable(version_dir / SAVED_MODEL_GRAPH) from None
     except (tf.errors.OpError, IndexError):  # reading its variables

@@ -67,8 +67,9 @@ class ExportMetadata:
     """The decoding settings an export decodes with, its model config, Keras dtype policy and
     the largest batch its beam search runs compiled by XLA (0: none) and how many beam
     searches its graph runs side by side (`keras_transformer.parallel_search`; a SavedModel's),
-    and the target languages of a multilingual model (() for a bilingual one), and an
-    ensemble's members (() for one model)."""
+    the target languages of a multilingual model (() for a bilingual one), an ensemble's members
+    (() for one model) and its lexical shortlist's sizes (`keras_transformer.shortlist`; None:
+    it searches the vocabulary)."""
 
     settings: DecodingSettings
     model: ModelConfig
@@ -77,13 +78,16 @@ class ExportMetadata:
     parallel_searches: int = 1
     target_languages: tuple[str, ...] = ()
     ensemble: tuple[EnsembleMember, ...] = ()
+    shortlist: tuple[int, int] | None = None  # (k, frequent) of its lexical shortlist
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.settings.to_dict(), "model": self.model.to_dict(), "dtype": self.dtype,
                 "xla_max_batch": self.xla_max_batch,
                 "parallel_searches": self.parallel_searches,
                 "target_languages": list(self.target_languages),
-                "ensemble": [member.to_dict() for member in self.ensemble]}
+                "ensemble": [member.to_dict() for member in self.ensemble],
+                "shortlist": None if self.shortlist is None else {
+                    "k": self.shortlist[0], "frequent": self.shortlist[1]}}
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
@@ -101,7 +105,8 @@ class ExportMetadata:
                        data.get("dtype", "float32"), int(data.get("xla_max_batch", 0)),
                        int(data.get("parallel_searches", 1)),
                        _codes(data.get("target_languages", [])),
-                       tuple(map(EnsembleMember.from_dict, data.get("ensemble", []))))
+                       tuple(map(EnsembleMember.from_dict, data.get("ensemble", []))),
+                       _shortlist(data.get("shortlist")))
         except FileNotFoundError:
             raise ExportError(f"{path}: no such file; {EXPORT_AGAIN}") from None
         except DecodingSettingsError as error:
@@ -115,6 +120,12 @@ def _codes(values: Any) -> tuple[str, ...]:
     if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
         raise TypeError("target_languages: not a list of language codes")
     return tuple(values)
+
+
+def _shortlist(value: Any) -> tuple[int, int] | None:
+    """translator.json's shortlist: null (none, or an export older than shortlists) or
+    {"k": K, "frequent": N} (KeyError, TypeError or ValueError otherwise)."""
+    return None if value is None else (int(value["k"]), int(value["frequent"]))
 
 
 def saved_model_metadata(version_dir: Path) -> ExportMetadata:

@@ -64,10 +64,18 @@ class OnnxTranslator:
     """
 
     def __init__(self, directory: Path, threads: int | None = None,
-                 ids_model: str = MODEL_FILE) -> None:
+                 ids_model: str = MODEL_FILE, shortlist: bool = True) -> None:
+        """`shortlist` false refuses an export whose graphs hold a lexical shortlist
+        (ExportError: ONNX graphs hold it as constants; export with export.shortlist false,
+        or use the SavedModel or CTranslate2 export)."""
         self.directory = Path(directory)
         self.threads, self.ids_model = threads, ids_model
         self.metadata = ExportMetadata.read(self.directory / METADATA_FILE)
+        if not shortlist and self.metadata.shortlist is not None:
+            raise ExportError(
+                f"{self.directory}: its ONNX graphs search with the lexical shortlist they "
+                f"hold (--no-shortlist cannot remove it); export again with export.shortlist: "
+                f"false, or translate with the SavedModel or CTranslate2 export")
 
     @functools.cached_property
     def ids_session(self) -> ort.InferenceSession:

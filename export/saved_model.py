@@ -46,6 +46,7 @@ from keras_transformer.decoding_settings import SamplingSettings
 from keras_transformer.ensemble import Ensemble
 from keras_transformer.model import Transformer
 from keras_transformer.precision import resolve_dtype
+from keras_transformer.shortlist_table import Shortlist
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_TEXT = ("Hello.", "This is a test of the exported translator.")
@@ -111,8 +112,10 @@ class SavedModelTranslator:
     signature (the graph TF Serving runs). The line methods take `target_lang=`, the target
     language of all their lines (a multilingual model's: `signatures.in_language`)."""
 
-    def __init__(self, version_dir: Path) -> None:
-        """Raises ExportError for a bfloat16 export where oneDNN would abort on it (an
+    def __init__(self, version_dir: Path, shortlist: bool = True) -> None:
+        """`shortlist` false: an export's lexical shortlist switched off (its
+        `shortlist_enabled` variable, in this process: every piece searched). Raises
+        ExportError for a bfloat16 export where oneDNN would abort on it (an
         ONEDNN_MAX_CPU_ISA cap below the CPU's bfloat16 instructions)."""
         self.version_dir = Path(version_dir)
         self.metadata = saved_model_metadata(self.version_dir)
@@ -122,6 +125,9 @@ class SavedModelTranslator:
         except ValueError as error:
             raise ExportError(f"{self.version_dir}: a {self.dtype} export: {error}") from None
         self.loaded = tf.saved_model.load(str(self.version_dir))
+        self.shortlist = self.metadata.shortlist is not None and shortlist
+        if self.metadata.shortlist is not None:
+            self.loaded.shortlist_enabled.assign(shortlist)
         self.signature = self.loaded.signatures["serving_default"]
 
     def translate(self, texts: Sequence[str | bytes],
@@ -231,6 +237,11 @@ class SavedModelTranslator:
         (DecodingSettings fields, e.g. beam_size=8)."""
         models = self.models()
         spm_model_proto = (self.version_dir / SAVED_MODEL_EXTRA / SPM_FILE).read_bytes()
+        shortlist = None
+        if self.shortlist:
+            shortlist = Shortlist(self.loaded.shortlist_table.numpy(),
+                                  self.loaded.shortlist_always.numpy(),
+                                  self.metadata.shortlist[1])
         return Translator(Ensemble(models) if self.metadata.ensemble else models[0],
                           spm_model_proto, dataclasses.replace(self.metadata.settings, **changes),
-                          ensemble=self.metadata.ensemble)
+                          ensemble=self.metadata.ensemble, shortlist=shortlist)

@@ -2,8 +2,8 @@
 
 `ModelConfig` is frozen and checks every field when made (a ModelConfigError names the field,
 then any field it conflicts with); `from_preset` starts from `tiny`, `small`, `base`, `big` or
-`student` (PRESETS) and overrides fields; `to_dict` is what a saved model (`Transformer.get_config`) and
-an export's translator.json record.
+`student` (PRESETS) and overrides fields; `to_dict` is what a saved model
+(`Transformer.get_config`) and an export's translator.json record.
 
 Example:
     >>> config = ModelConfig.from_preset("base", vocab_size=8000)

@@ -11,7 +11,12 @@
         -> TermsDecoded: the best translation holding each sentence's terms
            (`keras_transformer.constrained_search`), whether they fit, each one found
 
-`source_ids` are a source as training saw it: pieces, EOS, then PAD. `settings`
+`source_ids` are a source as training saw it: pieces, EOS, then PAD. With a `shortlist`
+(`keras_transformer.shortlist`), `decode_hypotheses` and `decode_with_terms` search each
+sentence among its candidates only (the batch's union projected, each row masked to its own:
+`shortlisted`, `candidate_step`); `decode_sources` (dev BLEU) and `sample_sources` search
+the whole vocabulary, as scoring does (`keras_transformer.scoring`: any given translation is
+scored, whatever its pieces). `settings`
 (`keras_transformer.decoding_settings.DecodingSettings`: beam 4, alpha 0.6 by default; GREEDY
 for greedy search) set the search and its limits, so that any input gives a defined output:
 * a source is cut to `settings.max_source_length` tokens (default and at most the model's
@@ -31,22 +36,28 @@ Example:
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import tensorflow as tf
 
 from keras_transformer.constrained_search import constrained_beam_search
 from keras_transformer.decoding import beam_search
 from keras_transformer.greedy import greedy_search
-from keras_transformer.search_primitives import length_penalty
+from keras_transformer.search_primitives import NEG_INF, length_penalty
+from keras_transformer.shortlist import KERNEL_OP, batch_candidates, to_candidate_index
+from keras_transformer.shortlist_table import Shortlist
 from keras_transformer.sampling import Sampling, sample_picker
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.terms import term_lengths, terms_found
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
+if TYPE_CHECKING:
+    from keras_transformer.ensemble import Ensemble
+
 GREEDY = DecodingSettings(beam_size=1)  # dev BLEU during training, attention maps
 PREFIX_KEY = "prefix_ids"  # the forced target prefix, carried in the decoding cache
+SHORTLIST_KEY = "shortlist_rows"  # each row's shortlist candidates, in the decoding cache
 
 
 def decode_sources(model: Transformer, source_ids: tf.Tensor,
@@ -71,21 +82,29 @@ def decode_sources(model: Transformer, source_ids: tf.Tensor,
 
 
 def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
-                      prefix_ids: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+                      prefix_ids: tf.Tensor | None = None, shortlist: Shortlist | None = None
+                      ) -> tuple[tf.Tensor, tf.Tensor]:
     """Like `decode_sources`, but every hypothesis of the final beam, best first (the n-best
     list): target ids int32 [batch, beam, time] and scores float32 [batch, beam].
 
     `prefix_ids` int [batch, prefix] (pieces, then PAD; no BOS or EOS) are forced as the first
     output tokens of each sentence, each scored 0 (a log-probability of 1), before the search
     goes on from them; a row of PAD forces nothing, so a sentence decodes exactly as without
-    it. A prefix is cut at the sentence's maximum output length.
+    it. A prefix is cut at the sentence's maximum output length. `shortlist`: each sentence
+    chooses among its candidates only (`keras_transformer.shortlist`; its prefix's pieces
+    among them).
     """
     cache, max_lengths, empty = encode_for_search(model, source_ids, settings)
+    cache, candidate_ids = shortlisted(model, source_ids, settings, cache, shortlist,
+                                       prefix_ids)
     if prefix_ids is not None:
-        cache[PREFIX_KEY] = tf.pad(tf.cast(prefix_ids, tf.int32), [[0, 0], [0, 1]])  # PAD last
-    ids, scores = beam_search(_scoring(model), cache, max_lengths, beam_size=settings.beam_size,
-                              bos_id=BOS_ID, eos_id=EOS_ID, alpha=settings.alpha,
-                              pad_id=PAD_ID, stop=settings.stop)  # [batch, beam, time] ...
+        cache[PREFIX_KEY] = tf.pad(_indices(tf.cast(prefix_ids, tf.int32), candidate_ids,
+                                            model), [[0, 0], [0, 1]])  # PAD last
+    ids, scores = beam_search(_scoring(model, candidate_ids), cache, max_lengths,
+                              beam_size=settings.beam_size, bos_id=BOS_ID, eos_id=EOS_ID,
+                              alpha=settings.alpha, pad_id=PAD_ID,
+                              stop=settings.stop)  # [batch, beam, time] ...
+    ids = vocabulary_ids(ids, candidate_ids)
     return tf.where(empty[:, None, None], PAD_ID, ids), tf.where(empty[:, None], 0.0, scores)
 
 
@@ -111,21 +130,28 @@ class TermsDecoded(NamedTuple):
 
 
 def decode_with_terms(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
-                      term_ids: tf.Tensor, word_end: tf.Tensor | None = None) -> TermsDecoded:
+                      term_ids: tf.Tensor, word_end: tf.Tensor | None = None,
+                      shortlist: Shortlist | None = None) -> TermsDecoded:
     """Like `decode_sources`, each translation holding its sentence's terms (term_ids int
     [batch, terms, pieces], each term's pieces then PAD; a row of PAD: no term), by
     constrained beam search. A sentence whose terms have more pieces in all than its maximum
     output length (`settings.output_limit`) is decoded without them and `terms_fit` false;
     `term_found` tells which terms the translation holds. `word_end` bool [vocab]: the pieces
-    that may follow a term (`constrained_beam_search`)."""
+    that may follow a term (`constrained_beam_search`). `shortlist`: as `decode_hypotheses`',
+    each sentence's terms' pieces among its candidates."""
     cache, max_lengths, empty = encode_for_search(model, source_ids, settings)
     term_ids = tf.cast(term_ids, tf.int32)
+    cache, candidate_ids = shortlisted(model, source_ids, settings, cache, shortlist, term_ids)
     fit = tf.reduce_sum(term_lengths(term_ids, PAD_ID), axis=1) <= max_lengths  # [batch]
+    search_word_end = word_end
+    if candidate_ids is not None and word_end is not None:
+        search_word_end = tf.gather(word_end, candidate_ids)  # [U]
     ids, scores = constrained_beam_search(
-        _scoring(model), cache, max_lengths, tf.where(fit[:, None, None], term_ids, PAD_ID),
+        _scoring(model, candidate_ids), cache, max_lengths,
+        tf.where(fit[:, None, None], _indices(term_ids, candidate_ids, model), PAD_ID),
         beam_size=settings.beam_size, bos_id=BOS_ID, eos_id=EOS_ID, alpha=settings.alpha,
-        pad_id=PAD_ID, stop=settings.stop, word_end=word_end)  # [batch, beam, time] ...
-    ids = tf.where(empty[:, None], PAD_ID, ids[:, 0])  # [batch, time]
+        pad_id=PAD_ID, stop=settings.stop, word_end=search_word_end)  # [batch, beam, time]
+    ids = tf.where(empty[:, None], PAD_ID, vocabulary_ids(ids[:, 0], candidate_ids))
     return TermsDecoded(ids, tf.where(empty, 0.0, scores[:, 0]), fit,
                         terms_found(ids, term_ids, PAD_ID, word_end))
 
@@ -146,16 +172,76 @@ def encode_for_search(model: Transformer, source_ids: tf.Tensor, settings: Decod
     return model.init_cache(memory, memory_mask, cache_length), max_lengths, empty
 
 
-def _scoring(model: Transformer):
-    """The model's next-token logits for beam search. With PREFIX_KEY [n, prefix + 1] in the
-    cache, a row whose prefix has a piece at output position `step` gets every other token's
-    logit lowered by 1e9; the prefix tensor is returned unchanged, so beam search tiles it and
-    never reorders it (every beam of a sentence has the same prefix). The output projection
-    is transposed here, once, not at every step."""
-    output_kernel = model.embedding.output_kernel()  # [d_model, vocab]
+def shortlisted(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
+                cache: dict, shortlist: Shortlist | None, forced_ids: tf.Tensor | None = None,
+                size: tf.Tensor | None = None) -> tuple[dict, tf.Tensor | None]:
+    """(the cache with each row's candidates bool [batch, U] under SHORTLIST_KEY, the batch's
+    candidate ids int32 [U]) of the sources (cut as `encode_for_search` cuts them) and their
+    `forced_ids` (int [batch, ...], pieces then PAD); (cache, None) without a shortlist.
+    `size`: U fixed (`keras_transformer.shortlist.batch_candidates`)."""
+    if shortlist is None:
+        return cache, None
+    source_ids = settings.cut_source_ids(tf.cast(source_ids, tf.int32),
+                                         model.model_config.max_length)  # [batch, source]
+    batch = batch_candidates(shortlist, source_ids, model.model_config.vocab_size,
+                             forced_ids, size)
+    return {**cache, SHORTLIST_KEY: batch.rows}, batch.ids
+
+
+def vocabulary_ids(ids: tf.Tensor, candidate_ids: tf.Tensor | None) -> tf.Tensor:
+    """A shortlisted search's output (candidate indices, any shape) as vocabulary ids (PAD
+    stays PAD); ids unchanged without a shortlist (`candidate_ids` None)."""
+    return ids if candidate_ids is None else tf.gather(candidate_ids, ids)
+
+
+def _indices(ids: tf.Tensor, candidate_ids: tf.Tensor | None, model: Transformer) -> tf.Tensor:
+    """Vocabulary ids (pieces, then PAD) as the shortlisted search's candidate indices."""
+    if candidate_ids is None:
+        return ids
+    return to_candidate_index(ids, candidate_ids, model.model_config.vocab_size)
+
+
+def candidate_step(model: Transformer, last_ids: tf.Tensor, step: tf.Tensor, cache: dict,
+                   output_kernel: tf.Tensor, candidate_ids: tf.Tensor | None = None,
+                   fixed: bool = False) -> tuple[tf.Tensor, dict]:
+    """`Transformer.decode_step` for a search: last_ids [n] and the logits [n, U] are
+    candidate indices and `output_kernel` [d_model, U] their columns (`candidate_ids` int32
+    [U]; None: the vocabulary's ids and kernel); a row's logits outside its own candidates
+    (cache[SHORTLIST_KEY] bool [n, U], returned unchanged) are NEG_INF."""
+    if candidate_ids is not None:
+        last_ids = tf.gather(candidate_ids, last_ids)  # [n]: vocabulary ids
+    logits, new_cache = model.decode_step(last_ids, step, cache, output_kernel, fixed=fixed)
+    if SHORTLIST_KEY not in cache:
+        return logits, new_cache
+    rows = cache[SHORTLIST_KEY]  # [n, U]
+    return tf.where(rows, logits, NEG_INF), {**new_cache, SHORTLIST_KEY: rows}
+
+
+def search_kernel(model: Transformer | Ensemble, candidate_ids: tf.Tensor | None
+                  ) -> tf.Tensor | tuple[tf.Tensor, ...]:
+    """The output projection a search uses, transposed once: [d_model, vocab], or the
+    candidates' columns [d_model, U]; an Ensemble's, one per member."""
+    output_kernel = model.embedding.output_kernel()  # [d_model, vocab] (a tuple: an Ensemble's)
+    if candidate_ids is None:
+        return output_kernel
+    if isinstance(output_kernel, tuple):
+        return tuple(tf.gather(kernel, candidate_ids, axis=1, name=KERNEL_OP)
+                     for kernel in output_kernel)  # [d_model_i, U] each
+    return tf.gather(output_kernel, candidate_ids, axis=1, name=KERNEL_OP)  # [d_model, U]
+
+
+def _scoring(model: Transformer, candidate_ids: tf.Tensor | None = None):
+    """The model's next-token logits for beam search (`candidate_step`: over the shortlist's
+    candidates when `candidate_ids` int32 [U] are given). With PREFIX_KEY [n, prefix + 1] in
+    the cache, a row whose prefix has a piece at output position `step` gets every other
+    token's logit lowered by 1e9; the prefix tensor is returned unchanged, so beam search
+    tiles it and never reorders it (every beam of a sentence has the same prefix). The
+    output projection is transposed here, once, not at every step."""
+    output_kernel = search_kernel(model, candidate_ids)  # [d_model, vocab or U]
 
     def scoring(ids: tf.Tensor, step: tf.Tensor, cache: dict) -> tuple[tf.Tensor, dict]:
-        logits, new_cache = model.decode_step(ids[:, -1], step, cache, output_kernel)
+        logits, new_cache = candidate_step(model, ids[:, -1], step, cache, output_kernel,
+                                           candidate_ids)
         if PREFIX_KEY not in cache:
             return logits, new_cache
         prefix = cache[PREFIX_KEY]  # [n, prefix + 1]

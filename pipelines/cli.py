@@ -82,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "log-probabilities, with model_dir's settings (SavedModels of one "
                            "spm.model; --runtime tf)")
     translate.add_argument("--beam", type=int, help="beam size (default: the exported one)")
+    translate.add_argument("--no-shortlist", dest="shortlist", action="store_false",
+                           help="search every target piece, not the export's lexical shortlist "
+                           "(SavedModel and CTranslate2; an ONNX export holds its own)")
     translate.add_argument("--batch-size", type=int, default=32)
     translate.add_argument("--n-best", type=int, metavar="N",
                            help="print the N best translations of each line (N <= the beam "

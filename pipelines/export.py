@@ -47,6 +47,8 @@ from keras_transformer.model import Transformer
 from pipelines.checkpoints.weights import weights_checkpoint
 from pipelines.models import (load_ensemble_for_inference, load_model_for_inference,
                               run_tokenizer, run_translator)
+from keras_transformer.shortlist_table import Shortlist
+from pipelines.models import load_model_for_inference, run_shortlist, run_translator
 from pipelines.paths import RunPaths
 
 WARMUP_SENTENCES = 4
@@ -70,6 +72,7 @@ class ExportSummary:
     saved_model_xla_max_batch: int = 0  # export.saved_model_xla_max_batch
     saved_model_parallel_searches: int = 1  # export.saved_model_parallel_searches
     skipped: str = ""  # a format of export.formats left out, and why
+    shortlist: str = ""  # the lexical shortlist the exports search with, or why none
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -91,6 +94,8 @@ class ExportSummary:
             lines.append(f"  ctranslate2  {self.ctranslate2}/{{float32,int8}}")
         if self.skipped:
             lines.append(f"  skipped      {self.skipped}")
+        if self.shortlist:
+            lines.append(f"  shortlist    {self.shortlist}")
         return "\n".join(lines)
 
 
@@ -139,13 +144,15 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
         return model, records, " + ".join(record.checkpoint for record in records)
 
     model, records, read = load(first_dtype)
-    translator = run_translator(config, model, ensemble=records)
+    shortlist = run_shortlist(config)
+    translator = run_translator(config, model, ensemble=records, shortlist=shortlist)
     saved_model = onnx = ctranslate2 = None
     if "saved_model" in formats:
         served_model = model if first_dtype == dtype else load(dtype)[0]
         served = run_translator(config, served_model,
                                 config.export.saved_model_xla_max_batch,
-                                config.export.saved_model_parallel_searches, records)
+                                config.export.saved_model_parallel_searches, records,
+                                shortlist)
         with tf_write_errors(paths.saved_model):
             saved_model = export_saved_model(served, paths.saved_model,
                                              warmup_text=_warmup_text(paths),
@@ -165,7 +172,8 @@ def export_run(config: PipelineConfig, formats: Sequence[str] | None = None,
     return ExportSummary(read, saved_model, dtype_reason, onnx, ctranslate2,
                          config.evaluate.beam_size, config.evaluate.alpha,
                          time.perf_counter() - start, config.export.saved_model_xla_max_batch,
-                         config.export.saved_model_parallel_searches, skipped)
+                         config.export.saved_model_parallel_searches, skipped,
+                         _shortlist_line(config, shortlist))
 
 
 def _check_ensemble(members: Sequence[PipelineConfig], checkpoint: str | None) -> None:
@@ -205,6 +213,18 @@ def _language_pairs(config: PipelineConfig) -> set[tuple[str, str]]:
 
 def _format_pairs(pairs: set[tuple[str, str]]) -> str:
     return ", ".join(f"{source}-{target}" for source, target in sorted(pairs))
+
+
+def _shortlist_line(config: PipelineConfig, shortlist: Shortlist | None) -> str:
+    """The summary's line on the exports' lexical shortlist (said once)."""
+    path = RunPaths(config.run_path).shortlist
+    if shortlist is not None:
+        return (f"{shortlist.table.shape[1]} candidates a source piece and the "
+                f"{shortlist.frequent} most frequent pieces ({path})")
+    if not config.export.shortlist:
+        return "none (export.shortlist: false): every piece searched"
+    return (f"none: {path} is missing (a run prepared before shortlists; prepare again to "
+            f"have one): every piece searched")
 
 
 def _write_directory(write: Callable[[Path], object], target: Path) -> Path:

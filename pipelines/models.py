@@ -24,6 +24,7 @@ from export.metadata import EnsembleMember
 from export.translator import Translator
 from keras_transformer.ensemble import Ensemble
 from keras_transformer.model import Transformer
+from keras_transformer.shortlist_table import Shortlist, ShortlistTable
 from keras_transformer.tokenizer import PAD_ID, Tokenizer
 from pipelines import InputError
 from pipelines.checkpoints.records import check_vocabulary
@@ -122,11 +123,34 @@ def load_ensemble_for_inference(configs: Sequence[PipelineConfig], checkpoint: s
 
 def run_translator(config: PipelineConfig, model: Transformer | Ensemble, xla_max_batch: int = 0,
                    parallel_searches: int = 1,
-                   ensemble: Sequence[EnsembleMember] = ()) -> Translator:
+                   ensemble: Sequence[EnsembleMember] = (),
+                   shortlist: Shortlist | None = None) -> Translator:
     """The run's beam-search Translator of `model`: the `evaluate` section's decoding settings,
-    sources cut to data.max_length tokens (`xla_max_batch`, `parallel_searches`, `ensemble`:
-    `Translator`'s)."""
+    sources cut to data.max_length tokens (`xla_max_batch`, `parallel_searches`, `ensemble`,
+    `shortlist`: `Translator`'s)."""
     return Translator(model, RunPaths(config.run_path).spm_model.read_bytes(),
                       config.evaluate.decoding(max_source_length=config.data.max_length),
                       xla_max_batch=xla_max_batch, parallel_searches=parallel_searches,
-                      ensemble=ensemble)
+                      ensemble=ensemble, shortlist=shortlist)
+
+
+def run_shortlist(config: PipelineConfig) -> Shortlist | None:
+    """The lexical shortlist an export searches with: the run's vocab/shortlist.npz cut to
+    export.shortlist_k and shortlist_frequent; None with export.shortlist off or no table (a
+    run prepared before shortlists).
+
+    Raises:
+        InputError: the table is unreadable or of another vocabulary size.
+    """
+    path = RunPaths(config.run_path).shortlist
+    if not config.export.shortlist or not path.is_file():
+        return None
+    try:
+        table = ShortlistTable.load(path)
+    except ValueError as error:
+        raise InputError(f"{error}; prepare the run again to rewrite it") from None
+    vocab_size = run_tokenizer(RunPaths(config.run_path)).vocab_size
+    if table.vocab_size != vocab_size:
+        raise InputError(f"{path}: a table of {table.vocab_size} pieces, but the vocabulary "
+                         f"has {vocab_size}; prepare the run again to rewrite it")
+    return table.select(config.export.shortlist_k, config.export.shortlist_frequent)

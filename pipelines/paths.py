@@ -7,6 +7,7 @@ run a path names (a fine-tuning run's parent, `train.init_from`) without TensorF
                                   (pipelines/corpus/shards.py)
     data/{dev,test}.{src,tgt}     held-out splits, one sentence a line
     vocab/spm.model, spm.vocab    the shared SentencePiece model and its pieces
+    vocab/shortlist.npz           the lexical shortlist's table (keras_transformer/shortlist.py)
     checkpoints/ckpt-STEP.*       training checkpoints, indexed by checkpoints/checkpoint;
                                   vocabulary.sha256: the spm.model they were trained with,
                                   model.json: the model config they hold,
@@ -76,6 +77,10 @@ class RunPaths:
     @property
     def spm_vocab(self) -> Path:
         return self.vocab / "spm.vocab"
+
+    @property
+    def shortlist(self) -> Path:
+        return self.vocab / "shortlist.npz"
 
     @property
     def checkpoints(self) -> Path:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pipelines.config import PipelineConfig
+from pipelines.config import ExportConfig, PipelineConfig
 from pipelines.config.evaluate import DECODING_KEYS
 from pipelines.files import atomic_open
 from pipelines.paths import RunPaths, parent_vocabulary
@@ -152,19 +152,23 @@ STAGES = (
     Stage("export", ("model", *(f"evaluate.{name}" for name in DECODING_KEYS),
                      "evaluate.weights", "data.max_length", "export",
                      "train.guided_alignment_weight"),
-          lambda c, p: [p.weights_record(c.evaluate.weights), p.spm_model], _exported, _export),
+          lambda c, p: [p.weights_record(c.evaluate.weights), p.spm_model] + [
+              p.shortlist] * p.shortlist.is_file(), _exported, _export),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 # Keys added after runs were first stamped, left out of the fingerprints at these values (what
 # the earlier version did), so that a run stamped before them stays up to date (`KEY[].FIELD`:
 # a field of each item of the list KEY). The default data.language_id (auto) cleans what the
 # earlier version kept: a run prepared before it keeps its data rather than being prepared and
-# trained again.
+# trained again. The export.shortlist keys at their defaults: a run prepared before shortlists
+# has no table, so its exports are what the earlier version wrote.
 ADDED_KEYS = {"data.alignments": "none", "data.corpora": (), "data.dev_test": None,
               "train.guided_alignment_weight": 0.0, "model.alignment_heads": None,
               "train.worker_timeout_minutes": 5.0, "data.noise": None,
               "data.corpora[].noise": None, "data.language_id": "auto",
-              "data.distill_from": None, "data.distill_originals": False}
+              "data.distill_from": None, "data.distill_originals": False,
+              **{f"export.{key}": getattr(ExportConfig(), key)  # at their defaults
+                 for key in ("shortlist", "shortlist_k", "shortlist_frequent")}}
 
 
 def fingerprint(config: PipelineConfig, stage: Stage) -> str:

@@ -84,7 +84,8 @@ def translate_command(args: argparse.Namespace) -> int:
             import_tensorflow_quietly()
             warn_unused_gpu_driver("translate", "translating")
         translator = (open_ensemble(members, args.beam) if members else
-                      open_translator(Path(args.model_dir), args.runtime, args.beam))
+                      open_translator(Path(args.model_dir), args.runtime, args.beam,
+                                      args.shortlist))
         if runtime == "tf" and (args.alignments or args.markup):  # before any output
             translator.check_output("translate_terms" if glossary else "translate_aligned",
                                     "alignment")

@@ -54,7 +54,8 @@ SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
 
 
 # The fixtures that prepare, train or export a run (every fixture built on them is too).
-RUN_FIXTURES = {"demo_run", "export_config", "trained_tiny_run", "multilingual_export"}
+RUN_FIXTURES = {"demo_run", "export_config", "trained_tiny_run", "multilingual_export",
+                "shortlist_export"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -270,6 +271,32 @@ def xla_export(export_translator, tmp_path_factory: pytest.TempPathFactory):
         (directory / "summary.pickle").write_bytes(pickle.dumps(summary))
 
     directory = shared_directory(tmp_path_factory, "xla_export", build)
+    return pickle.loads((directory / "summary.pickle").read_bytes())
+
+
+@pytest.fixture(scope="session")
+def shortlist_export(export_translator, tmp_path_factory: pytest.TempPathFactory):
+    """`export_run` of a run of export_translator's model whose vocab/shortlist.npz prepare's
+    counting wrote from its train pairs (co-occurrence), every format, the SavedModel with
+    XLA up to batch 4 (so that it holds both searches), shortlist_k 3 and shortlist_frequent
+    20 (so that the shortlist changes translations): about 60 s."""
+    from export_helpers import write_run
+    from pipelines.config import ExportConfig
+    from pipelines.corpus.shortlist import write_shortlist
+    from pipelines.export import export_run
+    from pipelines.paths import RunPaths
+
+    def build(directory: Path) -> None:
+        config = load_config(write_run(directory, export_translator))
+        paths = RunPaths(config.run_path)
+        pairs = len((paths.data / "train.src").read_text().splitlines())
+        write_shortlist(paths.data, ["train"], export_translator.spm_model_proto, False,
+                        paths.shortlist, pairs)
+        summary = export_run(dataclasses.replace(config, export=ExportConfig(
+            saved_model_xla_max_batch=4, shortlist_k=3, shortlist_frequent=20)))
+        (directory / "summary.pickle").write_bytes(pickle.dumps(summary))
+
+    directory = shared_directory(tmp_path_factory, "shortlist_export", build)
     return pickle.loads((directory / "summary.pickle").read_bytes())
 
 

@@ -18,7 +18,7 @@ from pipelines.corpus.prepare import prepare
 from pipelines.corpus.shards import train_shards
 
 SPLITS = [f"data/{split}.{side}" for split in ("dev", "test") for side in ("src", "tgt")]
-OUTPUTS = SPLITS + ["data/train.json", "vocab/spm.model", "vocab/spm.vocab"]
+OUTPUTS = SPLITS + ["data/train.json", "vocab/spm.model", "vocab/spm.vocab", "vocab/shortlist.npz"]
 DEMO_OUTPUTS = OUTPUTS + ["data/train-00000-of-00001.src", "data/train-00000-of-00001.tgt"]
 # The demo's split files: dev and test as the in-memory prepare of round 1 wrote them, train
 # (then train.src / .tgt) less the 151 pairs that language ID drops (data.language_id auto).
@@ -86,6 +86,7 @@ def test_small_files_corpus_is_reproducible_through_the_cli(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "train 120  dev 20  test 20" in out
     assert "  language  not checked (languages unknown) (fastText lid.176" in out
+    assert "  shortlist shortlist.npz from the co-occurrence of 120 train pairs" in out
     first = checksums(tmp_path / "runs" / "small", OUTPUTS)
     prepare(load_config(config))
     assert checksums(tmp_path / "runs" / "small", OUTPUTS) == first
@@ -231,6 +232,7 @@ def test_alignments_are_written_beside_each_shard_in_spm_words(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "aligning the words of 560 train pairs with eflomal" in out
     assert "aligned   560 train pairs with eflomal in " in out
+    assert "shortlist shortlist.npz from the alignments of 560 train pairs" in out
     data = tmp_path / "runs" / "small" / "data"
     processor = spm.SentencePieceProcessor(model_file=str(data.parent / "vocab" / "spm.model"))
     found = total = 0

@@ -77,6 +77,7 @@ from keras_transformer.ensemble import Ensemble
 from keras_transformer.languages import target_languages
 from keras_transformer.model import Transformer
 from keras_transformer.sampling import Sampling
+from keras_transformer.shortlist_table import Shortlist
 from keras_transformer.tokenizer import PAD_ID, Tokenizer, user_symbols
 
 
@@ -102,6 +103,11 @@ class Translator(tf.Module):
         parallel_searches: the graph's beam search (not XLA's, constrained or sampling)
             runs as this many searches side by side (`keras_transformer.parallel_search`).
         ensemble: an Ensemble's members as its metadata names them, one per member in order.
+        shortlist: the beam searches (translate, translate_ids, translate_nbest,
+            translate_prefix, translate_aligned, translate_terms) choose each sentence's
+            pieces among its lexical shortlist's candidates (`keras_transformer.shortlist`),
+            held as variables, `shortlist_enabled` their switch; sampling and scoring read
+            the whole vocabulary. None: no shortlist.
 
     Raises:
         ValueError: `ensemble` not one record per member of an Ensemble (none for a model).
@@ -110,21 +116,32 @@ class Translator(tf.Module):
     def __init__(self, model: Transformer | Ensemble, spm_model_proto: bytes,
                  settings: DecodingSettings = DecodingSettings(),
                  name: str = "translator", xla_max_batch: int = 0,
-                 parallel_searches: int = 1, ensemble: Sequence[EnsembleMember] = ()) -> None:
+                 parallel_searches: int = 1, ensemble: Sequence[EnsembleMember] = (),
+                 shortlist: Shortlist | None = None) -> None:
         super().__init__(name=name)
         members = model.members if isinstance(model, Ensemble) else ()
         if [record.model for record in ensemble] != [m.model_config for m in members]:
             raise ValueError(f"{len(ensemble)} ensemble records for {len(members)} members, or "
                              f"a record of another model config than its member's")
         self._ensemble = Untracked(tuple(ensemble))
+        self._shortlist = Untracked(None)
+        if shortlist is not None:
+            self.shortlist_table = tf.Variable(shortlist.table, trainable=False,
+                                               name="shortlist_table")  # [vocab, k]
+            self.shortlist_always = tf.Variable(shortlist.always, trainable=False,
+                                                name="shortlist_always")  # [a]
+            self.shortlist_enabled = tf.Variable(True, trainable=False,
+                                                 name="shortlist_enabled")
+            self._shortlist = Untracked(Shortlist(self.shortlist_table, self.shortlist_always,
+                                                  shortlist.frequent, self.shortlist_enabled))
         self.settings = settings.for_model(model.model_config.max_length)
         self.spm_model_proto = spm_model_proto
         self.model_variables = [variable.value for variable in model.variables]  # tf.Variable
         self._model = Untracked(model)
         self.xla_max_batch = xla_max_batch
         self.parallel_searches = parallel_searches
-        self._compiled = Untracked(compiled_search(model, self.settings) if xla_max_batch
-                                   else None)
+        self._compiled = Untracked(compiled_search(model, self.settings, self.shortlist)
+                                   if xla_max_batch else None)
         self._target_languages = Untracked(target_languages(user_symbols(spm_model_proto)))
         if self.target_languages:  # the functions that read text: the class's, wrapped
             for name, signature in self.serving_signatures.items():
@@ -135,6 +152,11 @@ class Translator(tf.Module):
     @property
     def model(self) -> Transformer | Ensemble:
         return self._model.value
+
+    @property
+    def shortlist(self) -> Shortlist | None:
+        """The searches' lexical shortlist (its variables), or None."""
+        return self._shortlist.value
 
     @property
     def target_languages(self) -> tuple[str, ...]:
@@ -154,11 +176,14 @@ class Translator(tf.Module):
 
     def metadata(self) -> ExportMetadata:
         """The decoding settings, the model config, its Keras dtype policy, its target
-        languages and an ensemble's members, as exports record them."""
+        languages, an ensemble's members and its shortlist's sizes, as exports record them."""
+        shortlist = self.shortlist
         return ExportMetadata(self.settings, self.model.model_config,
                               self.model.dtype_policy.name, self.xla_max_batch,
                               self.parallel_searches, self.target_languages,
-                              self._ensemble.value)
+                              self._ensemble.value,
+                              None if shortlist is None else
+                              (int(shortlist.table.shape[1]), shortlist.frequent))
 
     def _multilingual_function(self, name: str, signature: Signature
                                ) -> tf.types.experimental.PolymorphicFunction:
@@ -220,7 +245,7 @@ class Translator(tf.Module):
         with tf.control_dependencies([_same_batch(text, terms, "terms")]):
             source_ids = self.encode(text)
         return termed_translation(self.model, self.spm_model_proto, self.settings, source_ids,
-                                  terms, self.language_words)
+                                  terms, self.language_words, self.shortlist)
 
     @tf.function(input_signature=input_specs("translate_sample"), autograph=False)
     def translate_sample(self, text: tf.Tensor, top_k: tf.Tensor, top_p: tf.Tensor,
@@ -301,7 +326,8 @@ class Translator(tf.Module):
         return nbest_hypotheses(self.model, self.settings, source_ids, prefix_ids,
                                 compiled=self._compiled.value,
                                 xla_max_batch=self.xla_max_batch,
-                                parallel_searches=self.parallel_searches)
+                                parallel_searches=self.parallel_searches,
+                                shortlist=self.shortlist)
 
     # The line methods: `target_lang`, the target language of every line (a multilingual
     # model's; `signatures.in_language` raises ValueError for a missing or unknown one).

@@ -34,6 +34,7 @@ from export.translator.translate import translation_outputs
 from export.word_alignment import starts_word
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
+from keras_transformer.shortlist_table import Shortlist
 from keras_transformer.tokenizer import PAD_ID, Tokenizer, vocabulary
 from keras_transformer.translate import decode_with_terms
 
@@ -52,17 +53,18 @@ def ends_term(piece: str) -> bool:
 
 
 def termed_translation(model: Transformer, spm_model_proto: bytes, settings: DecodingSettings,
-                       source_ids: tf.Tensor, terms: tf.Tensor, skip_source_words: int = 0
-                       ) -> dict[str, tf.Tensor]:
+                       source_ids: tf.Tensor, terms: tf.Tensor, skip_source_words: int = 0,
+                       shortlist: Shortlist | None = None) -> dict[str, tf.Tensor]:
     """Graph code: `translate_terms`' outputs (module docstring) of source ids [batch, source]
     and each one's terms string [batch, terms] (`skip_source_words`: the alignment's,
-    `export.translator.align`)."""
+    `export.translator.align`; `shortlist`: the search's, the terms' pieces among each
+    sentence's candidates)."""
     tokenizer = Tokenizer(spm_model_proto)
     pieces = tokenizer.tokenize(tf.reshape(terms, [-1])).to_tensor(PAD_ID)  # [batch * terms, p]
     term_ids = tf.reshape(pieces, tf.concat([tf.shape(terms), tf.shape(pieces)[1:]], axis=0))
     word_end = tf.constant([ends_term(piece) for piece, _ in
                             vocabulary(spm_model_proto)])  # bool [vocab]
-    decoded = decode_with_terms(model, source_ids, settings, term_ids, word_end)
+    decoded = decode_with_terms(model, source_ids, settings, term_ids, word_end, shortlist)
     return {**translation_outputs(spm_model_proto, decoded.target_ids, decoded.score),
             "terms_fit": decoded.terms_fit, "term_found": decoded.term_found,
             "alignment": search_alignment(model, spm_model_proto, source_ids,

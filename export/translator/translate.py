@@ -30,23 +30,25 @@ from keras_transformer.compiled_search import SearchFn, decode_hypotheses_compil
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.parallel_search import in_parallel
+from keras_transformer.shortlist_table import Shortlist
 from keras_transformer.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from keras_transformer.translate import decode_hypotheses
 
 
 def nbest_hypotheses(model: Transformer, settings: DecodingSettings, source_ids: tf.Tensor,
                      prefix_ids: tf.Tensor | None = None, *, compiled: SearchFn | None = None,
-                     xla_max_batch: int = 0, parallel_searches: int = 1
-                     ) -> tuple[tf.Tensor, tf.Tensor]:
+                     xla_max_batch: int = 0, parallel_searches: int = 1,
+                     shortlist: Shortlist | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """Graph code: source ids [batch, time] (and forced target prefixes [batch, prefix]) ->
     the n-best lists (target ids [batch, beam, time], scores [batch, beam]): the graph's beam
     search as `parallel_searches` searches side by side, or batches of 1 to `xla_max_batch`
-    sources without prefixes through `compiled` (`keras_transformer.compiled_search`)."""
+    sources without prefixes through `compiled` (`keras_transformer.compiled_search`); each
+    sentence among its `shortlist`'s candidates when there is one."""
     search = in_parallel(lambda source_ids, prefix_ids=None: decode_hypotheses(
-        model, source_ids, settings, prefix_ids), parallel_searches)
+        model, source_ids, settings, prefix_ids, shortlist), parallel_searches)
     if xla_max_batch and prefix_ids is None:
         return decode_hypotheses_compiled(model, source_ids, settings, compiled, xla_max_batch,
-                                          search)
+                                          search, shortlist)
     return search(source_ids, prefix_ids)
 
 

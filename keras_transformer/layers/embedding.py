@@ -50,13 +50,14 @@ class SharedEmbedding(keras.layers.Layer):
 
     def logits(self, hidden: tf.Tensor, kernel: tf.Tensor | None = None) -> tf.Tensor:
         """Pre-softmax projection with the transposed embedding matrix, in float32; `kernel`:
-        that matrix as `output_kernel` gave it (a decoding loop transposes it once, before)."""
+        that matrix as `output_kernel` gave it (a decoding loop transposes it once, before), or
+        some of its columns (a shortlist's: logits of those pieces only)."""
         rows = tf.reshape(hidden, [-1, self.d_model])  # one matrix product, not one per row
         if kernel is None:
             logits = tf.matmul(rows, tf.cast(self.embeddings, hidden.dtype), transpose_b=True)
         else:
-            logits = tf.matmul(rows, kernel)  # [rows, vocab]
-        shape = tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0)
+            logits = tf.matmul(rows, kernel)  # [rows, vocab] (a shortlist's [rows, U])
+        shape = tf.concat([tf.shape(hidden)[:-1], tf.shape(logits)[1:]], axis=0)
         return tf.reshape(tf.cast(logits, tf.float32), shape)
 
     def output_kernel(self) -> tf.Tensor:

@@ -5,11 +5,12 @@ The teacher is a run directory holding an export (`keras-transformer export`); i
 runtime translates (`TEACHER_RUNTIMES`: CTranslate2's float32 model, else ONNX, else the
 SavedModel), with the beam and limits it was exported with. Several runs are an ensemble
 (`keras_transformer.ensemble`): their SavedModels decode as one model in process
-(`export.loading.open_ensemble`), with the first run's decoding settings. The student shares the teacher's
-SentencePiece model (prepare copies it, as a fine-tuning run copies its parent's), so that the
-student's pieces are the ones the teacher wrote; the teacher's vocabulary must hold the run's
-corpus tags and target-language tokens. A multilingual run's sources go to the teacher with
-their target language (`keras_transformer.languages.split_language`).
+(`export.loading.open_ensemble`), with the first run's decoding settings. The student shares
+the teacher's SentencePiece model (prepare copies it, as a fine-tuning run copies its
+parent's), so that the student's pieces are the ones the teacher wrote; the teacher's
+vocabulary must hold the run's corpus tags and target-language tokens. A multilingual run's
+sources go to the teacher with their target language
+(`keras_transformer.languages.split_language`).
 
 Translations are written a window at a time into data/distill/SHARD.tgt beside a record of
 the teacher and the source shard they belong to (data/distill/SHARD.json), flushed, outside

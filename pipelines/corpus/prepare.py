@@ -10,7 +10,9 @@ hold the tags), and the summary's token statistics are estimated from a sample o
 train pairs (`pipelines.corpus.splitting.STATS_SAMPLE`). A distilled run (`data.distill_from`)
 copies its teacher's vocabulary and trains on the teacher's translations of the train sources
 (`pipelines.corpus.distill`). With `data.alignments` the train pairs' word alignments are
-written beside their shards (`pipelines.corpus.alignments`).
+written beside their shards (`pipelines.corpus.alignments`). The lexical shortlist's table
+(vocab/shortlist.npz: `pipelines.corpus.shortlist`) is counted from the train shards, by their
+word alignments when there are any, else by co-occurrence.
 
 Everything is written under data/.prepare-PID first and moved into place at the end, the train
 manifest last: a bad corpus raises before anything is written, and an interrupted prepare
@@ -40,6 +42,7 @@ from pipelines.corpus.alignments import write_alignments
 from pipelines.corpus.distill import (DISTILL_DIR, FIELD, check_languages, distill_shards,
                                       find_teacher)
 from pipelines.corpus.language_id import MODEL_NAME, Languages
+from pipelines.corpus.shortlist import write_shortlist
 from pipelines.corpus.shards import CorpusShards, is_shard_file, shard_stems, write_manifest
 from pipelines.corpus.sources import open_sources
 from pipelines.corpus.splitting import Splits, write_splits
@@ -76,6 +79,7 @@ class PrepareSummary:
     teacher: str | None = None  # data.distill_from: the teacher run and export that translated
     distilled: tuple[int, int] = (0, 0)  # its lines translated now, found translated before
     distill_seconds: float = 0.0  # of `seconds`, translating with the teacher
+    shortlist: str = ""  # what the shortlist's table counted
 
     def format(self) -> str:
         """The summary as the CLI prints it."""
@@ -102,6 +106,7 @@ class PrepareSummary:
             f"per train sentence",
             f"  padding   source {self.padding_efficiency[0]:.3f}, target "
             f"{self.padding_efficiency[1]:.3f} real tokens per batch token",
+            f"  shortlist {RunPaths(self.run_dir).shortlist.name} from the {self.shortlist}",
         ] + ([f"  aligned   {train:,} train pairs with {self.aligner} in "
               f"{self.align_seconds:.1f} s (data/*.align)"] if self.aligner != "none" else []))
 
@@ -188,6 +193,9 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         if data.alignments != "none":
             write_alignments(staging, _shard_stems(splits), model_proto, progress.message)
         align_seconds = time.monotonic() - align_start
+        shortlist = write_shortlist(staging, _shard_stems(splits), model_proto,
+                                    data.alignments != "none", staging / paths.shortlist.name,
+                                    splits.pairs["train"], progress.message)
         _publish(staging, paths, splits, model_proto, data.alignments)
     finally:
         progress.close()
@@ -204,7 +212,8 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
         aligner=data.alignments, align_seconds=align_seconds, corpora=tuple(splits.corpora),
         duplicates=tuple(splits.duplicates), languages=splits.languages,
         teacher=teacher.describe() if teacher else None, distilled=distilled,
-        distill_seconds=distill_seconds)
+        distill_seconds=distill_seconds,
+        shortlist=f"{shortlist.statistic} of {shortlist.pairs:,} train pairs")
 
 
 def _user_symbols(data: DataConfig) -> list[str]:
@@ -293,6 +302,7 @@ def _publish(staging: Path, paths: RunPaths, splits: Splits, model_proto: bytes,
         os.replace(staging / name, paths.data / name)
     paths.vocab.mkdir(parents=True, exist_ok=True)
     os.replace(staging / paths.spm_model.name, paths.spm_model)
+    os.replace(staging / paths.shortlist.name, paths.shortlist)
     write_lines_atomic(paths.spm_vocab,
                        (f"{piece}\t{score:g}" for piece, score in vocabulary(model_proto)))
     write_manifest(paths.data, splits.corpora, aligner if aligner != "none" else None)

@@ -1,0 +1,175 @@
+"""Exports that carry a lexical shortlist (conftest's shortlist_export: every format, the
+SavedModel with XLA up to batch 4 beside its graph search): TF Serving's contract and op audit,
+batch invariance in TensorFlow and ONNX Runtime, CTranslate2's vocabulary mapping (the union
+of a batch), forced prefixes and terms outside the shortlist, and --no-shortlist."""
+import numpy as np
+import pytest
+import sentencepiece as spm
+import tensorflow as tf
+
+from export.ct2_runtime import VMAP_NAME, CTranslate2Translator
+from export.onnx_runtime import OnnxTranslator
+from export.saved_model import SavedModelTranslator
+from export.translator.signatures import SIGNATURES
+from export_helpers import SENTENCES, source_ids
+from keras_transformer.shortlist_table import ShortlistTable
+from op_audit import compiled_functions, op_audit, serving_registry_problems
+from pipelines.paths import RunPaths
+from test_batch_invariance import batches
+from test_serving import SessionServer
+from test_serving import test_every_signature_refuses_each_input_of_another_rank_naming_it \
+    as refuses_other_ranks
+from test_serving import test_the_prefix_signature_forces_each_translation_to_begin_with_its_prefix \
+    as forces_prefixes
+from test_serving import test_the_session_loader_serves_the_tables_signatures as serves_signatures
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def version(shortlist_export):
+    return shortlist_export.saved_model
+
+
+@pytest.fixture(scope="module")
+def shortlisted(version) -> SavedModelTranslator:
+    return SavedModelTranslator(version)
+
+
+@pytest.fixture(scope="module")
+def table(shortlist_export) -> ShortlistTable:
+    return ShortlistTable.load(RunPaths(shortlist_export.saved_model.parents[2]).shortlist)
+
+
+def candidates(table: ShortlistTable, proto: bytes, line: str) -> set[int]:
+    """A line's candidates as the export's shortlist (k 3, 20 frequent) takes them."""
+    shortlist = table.select(3, 20)
+    pieces = spm.SentencePieceProcessor(model_proto=proto).encode(line)
+    return {*shortlist.table[pieces].ravel().tolist(), *pieces, *shortlist.always.tolist()}
+
+
+def test_the_summary_and_metadata_name_the_shortlist(shortlist_export, shortlisted):
+    assert "shortlist    3 candidates a source piece and the 20 most frequent pieces" in \
+        shortlist_export.format()
+    assert shortlisted.metadata.shortlist == (3, 20)
+
+
+def test_the_shortlisted_saved_model_passes_the_op_audit(version):
+    ops, not_core, allowed = op_audit(version)
+    assert set(not_core) <= allowed | {"XlaDynamicUpdateSlice"}, \
+        sorted(set(not_core) - allowed - {"XlaDynamicUpdateSlice"})
+    assert {"XlaDynamicUpdateSlice", "ScatterNd", "Where"} <= ops
+    assert compiled_functions(version)
+    assert serving_registry_problems(version) == []  # TF Serving's TensorFlow loads it
+
+
+def test_tf_serving_serves_the_shortlisted_contract(version):
+    server = SessionServer(version)
+    serves_signatures(server)
+    for name in SIGNATURES:
+        refuses_other_ranks(server, name)
+    forces_prefixes(server)
+
+
+def test_a_lines_translation_and_score_do_not_depend_on_its_batch(shortlisted, shortlist_export,
+                                                                  export_translator, table):
+    """TensorFlow (batches up to 4 through XLA, larger ones through the graph's search) and
+    ONNX Runtime: a line alone and among companions with other shortlists; its translation
+    holds only its own candidates, and the shortlist changed some translation."""
+    proto = export_translator.spm_model_proto
+    onnx = OnnxTranslator(shortlist_export.onnx)
+    processor = spm.SentencePieceProcessor(model_proto=proto)
+    changed = False
+    for index, line in enumerate(SENTENCES):
+        tf_answers, onnx_answers = [], []
+        for batch in batches(line, index):
+            row = batch.index(line)
+            output = shortlisted.translate(batch)
+            tf_answers.append((output["translation"][row], float(output["score"][row])))
+            ids = onnx.translate_ids(source_ids(proto, batch))
+            onnx_answers.append((tuple(int(i) for i in ids["target_ids"][row] if i),
+                                 float(ids["score"][row])))
+        for answers in (tf_answers, onnx_answers):
+            assert [text for text, _ in answers] == [answers[0][0]] * len(answers), line
+            np.testing.assert_allclose([score for _, score in answers], answers[0][1],
+                                       atol=1e-4)
+        assert set(onnx_answers[0][0]) <= candidates(table, proto, line) | {3}, line
+        assert processor.decode(list(onnx_answers[0][0])) == tf_answers[0][0]
+        changed |= tf_answers[0][0] != export_translator.translate_lines([line])[0]
+    assert changed
+
+
+def test_ctranslate2_ships_the_table_and_searches_a_batchs_union(shortlist_export, table,
+                                                                 export_translator):
+    """CTranslate2 projects a batch onto the union of its lines' candidates (its vocabulary
+    mapping): a line alone keeps to its own, in a batch to the batch's."""
+    proto = export_translator.spm_model_proto
+    directory = shortlist_export.ctranslate2
+    processor = spm.SentencePieceProcessor(model_proto=proto)
+    vmap = (directory / "float32" / VMAP_NAME).read_text(encoding="utf-8").splitlines()
+    shortlist = table.select(3, 20)
+    assert vmap[0] == "\t" + " ".join(processor.id_to_piece(int(i)) for i in shortlist.always)
+    assert len(vmap) == 1 + table.vocab_size and (directory / "int8" / VMAP_NAME).is_file()
+    ct2 = CTranslate2Translator(directory)
+    full = CTranslate2Translator(directory, shortlist=False)
+    lines = SENTENCES[:6]
+    union = set().union(*(candidates(table, proto, line) for line in lines))
+    in_batch = ct2.translate_pieces(ct2._source_pieces(lines))
+    for line, pieces in zip(lines, in_batch):
+        assert {processor.piece_to_id(piece) for piece in pieces} <= union
+        (alone,) = ct2.translate_pieces(ct2._source_pieces([line]))
+        assert {processor.piece_to_id(piece) for piece in alone} <= candidates(table, proto,
+                                                                                line)
+    assert full.translate_lines(lines) != ct2.translate_lines(lines, batch_size=1)
+
+
+def test_a_forced_prefix_or_term_outside_the_shortlist_is_produced(shortlisted, table,
+                                                                   export_translator):
+    proto = export_translator.spm_model_proto
+    processor = spm.SentencePieceProcessor(model_proto=proto)
+    line = SENTENCES[0]
+    outside = next(word for word in ("door", "road", "lake", "hill", "snow", "leaf")
+                   if not set(processor.encode(word)) & candidates(table, proto, line))
+    prefixed = shortlisted.loaded.signatures["translate_prefix"](
+        text=tf.constant([line]), prefix=tf.constant([outside]))
+    assert prefixed["translation"].numpy()[0].decode().startswith(outside)
+    termed = shortlisted.loaded.signatures["translate_terms"](
+        text=tf.constant([line, SENTENCES[1]]), terms=tf.constant([[outside], [""]]))
+    assert termed["term_found"].numpy().all()
+    assert outside in termed["translation"].numpy()[0].decode().split()
+
+
+def test_no_shortlist_searches_every_piece(version, shortlist_export, saved_model_translator):
+    """--no-shortlist: the SavedModel's switch off (as the export without a table translates;
+    XLA's fixed candidates give way to the graph's search), CTranslate2 without its mapping,
+    ONNX refused."""
+    from export import ExportError
+
+    expected = saved_model_translator.translate(SENTENCES)
+    loaded_once = SavedModelTranslator(version, shortlist=False)  # conftest: the same object
+    try:
+        for batch in (SENTENCES[:2], SENTENCES):
+            output = loaded_once.translate(batch)
+            assert output["translation"] == expected["translation"][:len(batch)]
+        rebuilt = loaded_once.rebuild(beam_size=2)
+        assert rebuilt.shortlist is None
+    finally:
+        loaded_once.loaded.shortlist_enabled.assign(True)
+    with pytest.raises(ExportError, match="holds|hold"):
+        OnnxTranslator(shortlist_export.onnx, shortlist=False)
+
+
+def test_translate_no_shortlist_through_the_cli(shortlist_export, tmp_path, capsys):
+    from pipelines.cli import main
+
+    lines = SENTENCES[:4]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    directory = str(shortlist_export.ctranslate2 / "float32")
+    for flags, expected in (([], CTranslate2Translator(shortlist_export.ctranslate2)),
+                            (["--no-shortlist"], CTranslate2Translator(
+                                shortlist_export.ctranslate2, shortlist=False))):
+        assert main(["translate", directory, str(tmp_path / "in.txt"), *flags]) == 0
+        assert capsys.readouterr().out.splitlines() == expected.translate_lines(lines)
+    assert main(["translate", str(shortlist_export.onnx), str(tmp_path / "in.txt"),
+                 "--runtime", "onnx", "--no-shortlist"]) != 0
+    assert "export again with export.shortlist: false" in capsys.readouterr().err

@@ -222,3 +222,17 @@ def test_the_xla_search_keeps_the_graph_searchs_shortlist(search_setup):
         graph_ids, graph_scores = graph(rows)
         np.testing.assert_array_equal(ids.numpy(), graph_ids.numpy())
         np.testing.assert_allclose(scores.numpy(), graph_scores.numpy(), atol=1e-4)
+
+
+def test_an_ensemble_of_two_copies_searches_its_shortlist_as_the_model(search_setup):
+    """Each member's output kernel is cut to the batch's candidates (`search_kernel`)."""
+    from keras_transformer.decoding_settings import DecodingSettings
+    from keras_transformer.ensemble import Ensemble
+
+    model, source, shortlist = search_setup
+    settings = DecodingSettings(beam_size=3)
+    ids, scores = graph_search(model, settings, shortlist)(source)
+    ensemble_ids, ensemble_scores = graph_search(Ensemble([model, model]), settings,
+                                                 shortlist)(source)
+    np.testing.assert_array_equal(ensemble_ids.numpy(), ids.numpy())
+    np.testing.assert_allclose(ensemble_scores.numpy(), scores.numpy(), rtol=1e-5)

@@ -1,5 +1,6 @@
-"""Shared fixtures: the demo corpus prepared (about 10 s); a trained tiny translator and its
-exports (about 50 s, tests/export_helpers.py); a tiny run trained 20 steps.
+"""Shared fixtures: the demo corpus prepared (about 10 s); a trained tiny translator, its
+eager beam search's reference and its exports (about 50 s, tests/export_helpers.py); a tiny
+run trained 20 steps.
 
 Each is built once per test run, not once per process: the first xdist worker to need one
 builds it under a lock in the run's shared temporary directory while the others wait, then all
@@ -197,14 +198,20 @@ def export_translator(export_config: Path):
 
 
 @pytest.fixture(scope="session")
-def keras_reference(export_translator) -> dict:
+def keras_reference(export_translator, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The test sentences' source ids, and best target ids and scores of eager (Keras-level)
-    beam search with beam 4: what every export must reproduce."""
+    beam search with beam 4: what every export must reproduce. Searched once per test run
+    (about 4 CPU-seconds), the arrays shared."""
     from export_helpers import SENTENCES, keras_beam_search, source_ids
 
-    source = source_ids(export_translator.spm_model_proto, SENTENCES)
-    target_ids, score = keras_beam_search(export_translator.model, source, beam_size=4)
-    return {"source_ids": source, "target_ids": target_ids, "score": score}
+    def build(directory: Path) -> None:
+        source = source_ids(export_translator.spm_model_proto, SENTENCES)
+        target_ids, score = keras_beam_search(export_translator.model, source, beam_size=4)
+        (directory / "reference.pickle").write_bytes(pickle.dumps(
+            {"source_ids": source, "target_ids": target_ids, "score": score}))
+
+    directory = shared_directory(tmp_path_factory, "keras_reference", build)
+    return pickle.loads((directory / "reference.pickle").read_bytes())
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ tensorflow-text installed (how the 2.20 one is checked, and remade for another r
 """
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -18,12 +19,16 @@ import export
 
 TEXT_OPS = Path(export.__file__).with_name("serving") / "tf_serving_text_ops.txt"
 SERVING_REGISTRY = Path(export.__file__).with_name("serving") / "tf_2_20_op_registry.json"
-# Names of the ops plain TensorFlow (without tensorflow-text) does not register.
-NOT_CORE = """
-import json, sys
+# Names of the ops plain TensorFlow (without tensorflow-text) registers.
+PLAIN_OPS = """
+import json
 import tensorflow
-from tensorflow.python.framework import op_def_registry
-print(json.dumps([name for name in json.load(sys.stdin) if op_def_registry.get(name) is None]))
+from tensorflow.core.framework import op_def_pb2
+from tensorflow.python.client import pywrap_tf_session
+
+ops = op_def_pb2.OpList.FromString(pywrap_tf_session.TF_GetBuffer(
+    pywrap_tf_session.TF_GetAllOpList())).op
+print(json.dumps([op.name for op in ops]))
 """
 
 
@@ -38,11 +43,21 @@ def op_audit(version_dir: Path) -> tuple[set[str], list[str], set[str]]:
     graph = _graph(version_dir)
     ops = {node.op for node in graph.node}
     ops |= {node.op for function in graph.library.function for node in function.node_def}
-    not_core = json.loads(subprocess.run([sys.executable, "-c", NOT_CORE], input=json.dumps(
-        sorted(ops)), capture_output=True, text=True, check=True).stdout)
+    plain = plain_tensorflow_ops()
+    not_core = [name for name in sorted(ops) if name not in plain]
     allowed = {line.strip() for line in TEXT_OPS.read_text().splitlines()
                if line.strip() and not line.startswith("#")}
     return ops, not_core, allowed
+
+
+@functools.cache
+def plain_tensorflow_ops() -> frozenset[str]:
+    """The ops plain TensorFlow registers, from a child process that imports it without
+    tensorflow-text (this one imported both), once per process: a TensorFlow start-up is
+    about 5 CPU-seconds."""
+    return frozenset(json.loads(subprocess.run([sys.executable, "-c", PLAIN_OPS],
+                                               capture_output=True, text=True,
+                                               check=True).stdout))
 
 
 def compiled_functions(version_dir: Path) -> list[str]:

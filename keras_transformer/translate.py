@@ -224,10 +224,8 @@ def search_kernel(model: Transformer | Ensemble, candidate_ids: tf.Tensor | None
     output_kernel = model.embedding.output_kernel()  # [d_model, vocab] (a tuple: an Ensemble's)
     if candidate_ids is None:
         return output_kernel
-    if isinstance(output_kernel, tuple):
-        return tuple(tf.gather(kernel, candidate_ids, axis=1, name=KERNEL_OP)
-                     for kernel in output_kernel)  # [d_model_i, U] each
-    return tf.gather(output_kernel, candidate_ids, axis=1, name=KERNEL_OP)  # [d_model, U]
+    return tf.nest.map_structure(  # [d_model, U] (each member's)
+        lambda kernel: tf.gather(kernel, candidate_ids, axis=1, name=KERNEL_OP), output_kernel)
 
 
 def _scoring(model: Transformer, candidate_ids: tf.Tensor | None = None):

@@ -193,7 +193,7 @@ def _check_ensemble(members: Sequence[PipelineConfig], checkpoint: str | None) -
                 weights_checkpoint(paths, member.evaluate.weights)
         except InputError as error:
             raise InputError(f"ensemble member {member.run_path}: {error}") from None
-        pairs, first_pairs = _language_pairs(member), _language_pairs(first)
+        pairs, first_pairs = member.data.language_pairs(), first.data.language_pairs()
         if pairs and first_pairs and pairs != first_pairs:
             raise InputError(f"ensemble member {member.run_path}: translates "
                              f"{_format_pairs(pairs)}, {first.run_path} "
@@ -202,13 +202,6 @@ def _check_ensemble(members: Sequence[PipelineConfig], checkpoint: str | None) -
     problem = vocabulary_mismatch([RunPaths(member.run_path).spm_model for member in members])
     if problem:
         raise InputError(f"ensemble member {problem}")
-
-
-def _language_pairs(config: PipelineConfig) -> set[tuple[str, str]]:
-    """The (source, target) language pairs the run's corpora declare (bible:SRC-TGT,
-    src_lang/tgt_lang); none for corpora that declare no languages."""
-    return {corpus.languages for corpus in config.data.corpus_configs()
-            if None not in corpus.languages}
 
 
 def _format_pairs(pairs: set[tuple[str, str]]) -> str:

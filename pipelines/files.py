@@ -1,6 +1,6 @@
 """Text files read by line, files written whole or not at all (a temporary name, then a
-rename), checks that a directory can be one and be written before long work, and the data
-files that installed packages ship.
+rename), checks that a directory can be one and be written before long work, the data
+files that installed packages ship, and a file's SHA-256.
 
 Example:
     >>> with atomic_open(Path("runs/demo/eval/test.json"), "w") as file:
@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import itertools
 import os
@@ -94,3 +95,12 @@ def check_writable(directory: Path) -> None:
             pass
     except OSError as error:
         raise OSError(error.errno, error.strerror, str(existing)) from None
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, in hexadecimal (read a megabyte at a time)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

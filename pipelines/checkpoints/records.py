@@ -10,7 +10,6 @@ Example:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -20,7 +19,7 @@ import tensorflow as tf
 
 from keras_transformer.config import ModelConfig
 from pipelines import InputError
-from pipelines.files import atomic_open
+from pipelines.files import atomic_open, file_sha256
 from pipelines.paths import MODEL_RECORD, RunPaths
 
 # ModelConfig fields no weight depends on: a run may resume or decode with other values
@@ -113,9 +112,4 @@ def _saved_shapes(prefix: str | Path) -> list[list[int]]:
     found = {int(match[1]): shape for key, shape in shapes.items()
              if (match := re.fullmatch(r"model/(\d+)/\.ATTRIBUTES/VARIABLE_VALUE", key))}
     return [list(found[index]) for index in sorted(found)]
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's bytes, in hexadecimal."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -215,6 +215,12 @@ class DataConfig:
         return tuple(dict.fromkeys(corpus.languages[1] for corpus in self.corpus_configs()
                                    if corpus.languages[1]))
 
+    def language_pairs(self) -> set[tuple[str, str]]:
+        """The (source, target) language pairs the corpora declare (bible:SRC-TGT, src_lang /
+        tgt_lang); none for corpora that declare no languages."""
+        return {corpus.languages for corpus in self.corpus_configs()
+                if None not in corpus.languages}
+
     def multilingual(self) -> bool:
         """Whether the corpora translate into several languages (one model for them all)."""
         return len(self.target_languages()) > 1

@@ -32,7 +32,7 @@ import itertools
 import json
 import shutil
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence, TextIO
 
 from export import ExportError
 from export.loading import (LineTranslator, ensemble_exports, export_files, open_ensemble,
@@ -40,10 +40,12 @@ from export.loading import (LineTranslator, ensemble_exports, export_files, open
 from keras_transformer.languages import split_language
 from pipelines import InputError
 from pipelines.config import DataConfig, PipelineConfig
-from pipelines.files import atomic_open
+from pipelines.corpus.shards import train_corpora
+from pipelines.corpus.splitting import Splits
+from pipelines.files import atomic_open, file_sha256
 from pipelines.paths import RunPaths
 from pipelines.progress import PassProgress
-from pipelines.translate_stream import resumed_output, translate_windows
+from pipelines.translate_stream import TranslateWindow, resumed_output, translate_windows
 
 FIELD = "data.distill_from"
 DISTILL_DIR = "distill"  # runs/NAME/data/distill/: the teacher's translations, kept
@@ -120,8 +122,6 @@ def check_languages(data: DataConfig, teacher: Teacher) -> None:
     Raises:
         InputError: `data.distill_from: RUN translates SRC-TGT; corpus NAME is SRC-TGT`.
     """
-    from pipelines.corpus.shards import train_corpora
-
     for run in teacher.runs:
         try:
             known = {corpus.languages for corpus in train_corpora(RunPaths(run).data)
@@ -148,7 +148,7 @@ def teacher_files(config: PipelineConfig) -> list[Path]:
 
 
 def distill_shards(teacher: Teacher, staging: Path, stems: Sequence[str], directory: Path,
-                   originals: bool = False, stream: object = None) -> tuple[int, int]:
+                   originals: bool = False, stream: TextIO | None = None) -> tuple[int, int]:
     """Replaces the targets of the staged train shards `stems` (staging/STEM.src, .tgt) with
     the teacher's translations of their sources, kept in `directory` (data/distill) across
     interrupted runs; with `originals`, each shard holds its pairs twice (the teacher's
@@ -162,7 +162,7 @@ def distill_shards(teacher: Teacher, staging: Path, stems: Sequence[str], direct
     translated = reused = 0
     for index, (stem, source, total) in enumerate(zip(stems, sources, totals)):
         output, record = directory / f"{stem}.tgt", directory / f"{stem}.json"
-        wanted = {"teacher": teacher.identity, "source": _sha256(source)}
+        wanted = {"teacher": teacher.identity, "source": file_sha256(source)}
         if not record.is_file() or json.loads(record.read_text()) != wanted:
             output.unlink(missing_ok=True)
             with atomic_open(record, "w") as file:
@@ -189,7 +189,7 @@ def distill_shards(teacher: Teacher, staging: Path, stems: Sequence[str], direct
     return translated, reused
 
 
-def _window_translator(translator: LineTranslator) -> Callable[[list[str], int], list[str]]:
+def _window_translator(translator: LineTranslator) -> TranslateWindow:
     """Translates a window of source lines as written to the shards: a multilingual run's
     lines (`<2fr> ...`) grouped by target language, each group after its token removed."""
 
@@ -222,6 +222,15 @@ def _stage_targets(staging: Path, stem: str, distilled: Path, originals: bool) -
         both.replace(path)
 
 
+def with_originals(splits: Splits) -> Splits:
+    """`splits` counted as `distill_shards(..., originals=True)` leaves them: each train
+    shard's pairs twice."""
+    corpora = [dataclasses.replace(corpus, pairs=tuple(2 * n for n in corpus.pairs))
+               for corpus in splits.corpora]
+    return dataclasses.replace(splits, corpora=corpora,
+                               pairs={**splits.pairs, "train": 2 * splits.pairs["train"]})
+
+
 def _fastest_export(run: Path) -> tuple[str, Path]:
     """(runtime, directory) of the run's fastest export (`TEACHER_RUNTIMES`)."""
     for runtime in TEACHER_RUNTIMES:
@@ -248,14 +257,6 @@ def _identity(runtime: str, exports: Sequence[Path]) -> str:
             stat = path.stat()
             digest.update(f"{path.relative_to(export)} {stat.st_size} "
                           f"{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
     return digest.hexdigest()
 
 

@@ -40,7 +40,7 @@ from pipelines.paths import RunPaths
 from pipelines.progress import PassProgress
 from pipelines.corpus.alignments import write_alignments
 from pipelines.corpus.distill import (DISTILL_DIR, FIELD, check_languages, distill_shards,
-                                      find_teacher)
+                                      find_teacher, with_originals)
 from pipelines.corpus.language_id import MODEL_NAME, Languages
 from pipelines.corpus.shortlist import write_shortlist
 from pipelines.corpus.shards import CorpusShards, is_shard_file, shard_stems, write_manifest
@@ -185,8 +185,8 @@ def prepare(config: PipelineConfig) -> PrepareSummary:
             progress.message(f"distilling: {teacher.describe()} translates the train sources")
             distilled = distill_shards(teacher, staging, _shard_stems(splits),
                                        paths.data / DISTILL_DIR, data.distill_originals)
-            if data.distill_originals:  # each shard holds its pairs twice
-                splits = _doubled(splits)
+            if data.distill_originals:
+                splits = with_originals(splits)
         distill_seconds = time.monotonic() - distill_start
         too_long, avg_tokens, efficiency = _measure(splits, staged_model, config)
         align_start = time.monotonic()
@@ -249,14 +249,6 @@ def check_parent_symbols(data: DataConfig, spm_model: Path, field: str = "train.
                 f"data.corpora[{index}].tgt_lang: {language} is not a target language of the "
                 f"{whose} {spm_model} ({field}: {languages}), whose vocabulary has no "
                 f"{language_token(language)} token")
-
-
-def _doubled(splits: Splits) -> Splits:
-    """`splits` with each train shard's pairs counted twice (data.distill_originals)."""
-    corpora = [dataclasses.replace(corpus, pairs=tuple(2 * n for n in corpus.pairs))
-               for corpus in splits.corpora]
-    return dataclasses.replace(splits, corpora=corpora,
-                               pairs={**splits.pairs, "train": 2 * splits.pairs["train"]})
 
 
 def _learn_vocabulary(splits: Splits, data: DataConfig, progress: PassProgress) -> bytes:

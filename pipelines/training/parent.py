@@ -23,11 +23,10 @@ import keras
 from keras_transformer.tokenizer import PAD_ID
 from pipelines import InputError
 from pipelines.checkpoints.files import check_complete
-from pipelines.checkpoints.records import (check_recorded_architecture, check_vocabulary,
-                                           file_sha256)
+from pipelines.checkpoints.records import check_recorded_architecture, check_vocabulary
 from pipelines.checkpoints.weights import restore_model, weights_checkpoint
 from pipelines.config import PipelineConfig
-from pipelines.files import atomic_open
+from pipelines.files import atomic_open, file_sha256
 from pipelines.models import run_tokenizer
 from pipelines.paths import RunPaths, run_root
 

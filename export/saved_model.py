@@ -13,7 +13,9 @@ The graphs use core TF ops and TF Text ops of TF Serving's set
 Each export takes a new integer version, 1 + the largest one present: it is written under a
 temporary name (`.export-*`; TF Serving reads integer names only) and renamed into place
 (`export.versions`), so a reader never sees a partial version. `SavedModelTranslator` loads a
-version back and translates through its signatures (`keras-transformer translate`, `score`).
+version back and translates through its signatures (`keras-transformer translate`, `score`);
+`switch_session_shortlist` switches a version's lexical shortlist off (or on) where TF1's
+session loader loaded it, as TF Serving does (bench/decode_speed.py's full-vocabulary rows).
 
 Example:
     version = export_saved_model(translator, Path("runs/demo/export/saved_model"))  # .../1
@@ -29,6 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import meta_graph_pb2
 
 from export import ExportError
 from export.lines import sampled_in_batches, scored_in_batches, translate_in_batches
@@ -105,6 +108,29 @@ def write_warmup(path: Path, translator: Translator, texts: Sequence[str],
             log = prediction_log_pb2.PredictionLog(
                 predict_log=prediction_log_pb2.PredictLog(request=request))
             writer.write(log.SerializeToString())
+
+
+def switch_session_shortlist(session: tf.compat.v1.Session,
+                             meta_graph: meta_graph_pb2.MetaGraphDef, enabled: bool) -> bool:
+    """A version loaded by TF1's session loader (as TF Serving loads it) with its lexical
+    shortlist switched on or off in `session`, as `SavedModelTranslator(shortlist=)` switches it
+    in TF2: the Translator's `shortlist_enabled` variable, found through the saved object
+    graph, assigned. Returns whether the version has a shortlist (none: nothing switched).
+
+    Example:
+        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(version))
+        switch_session_shortlist(session, meta_graph, False)  # every piece searched
+    """
+    nodes = meta_graph.object_graph_def.nodes
+    children = {child.local_name: child.node_id for child in nodes[0].children}
+    if "shortlist_enabled" not in children:
+        return False
+    graph = session.graph
+    with graph.as_default():
+        handle = graph.get_operation_by_name(
+            nodes[children["shortlist_enabled"]].variable.name).outputs[0]
+        session.run(tf.raw_ops.AssignVariableOp(resource=handle, value=tf.constant(enabled)))
+    return True
 
 
 class SavedModelTranslator:
@@ -220,22 +246,25 @@ class SavedModelTranslator:
     def _in_language(self, signature, target_lang: str | None):
         return in_language(signature, target_lang, self.target_languages)
 
-    def models(self) -> list[Transformer]:
-        """This version's models with its weights and dtype policy: its model, or an ensemble
-        export's members in order."""
-        models = [Transformer(member.model, dtype=self.dtype)
+    def models(self, dtype: str | None = None) -> list[Transformer]:
+        """This version's models with its weights, in the Keras dtype policy `dtype` (default:
+        the version's; the weights are float32 in any): its model, or an ensemble export's
+        members in order."""
+        dtype = dtype or self.dtype
+        models = [Transformer(member.model, dtype=dtype)
                   for member in self.metadata.ensemble] or [Transformer(self.metadata.model,
-                                                                        dtype=self.dtype)]
+                                                                        dtype=dtype)]
         variables = [variable for model in models for variable in model.variables]
         for variable, saved in zip(variables, self.loaded.model_variables, strict=True):
             variable.assign(saved)
         return models
 
-    def rebuild(self, **changes: Any) -> Translator:
+    def rebuild(self, dtype: str | None = None, **changes: Any) -> Translator:
         """An in-process Translator with this version's weights (an ensemble's members),
-        dtype policy and tokenizer, and its decoding settings with `changes`
-        (DecodingSettings fields, e.g. beam_size=8)."""
-        models = self.models()
+        tokenizer and shortlist (unless switched off), in the dtype policy `dtype` (default:
+        the version's), and its decoding settings with `changes` (DecodingSettings fields,
+        e.g. beam_size=8)."""
+        models = self.models(dtype)
         spm_model_proto = (self.version_dir / SAVED_MODEL_EXTRA / SPM_FILE).read_bytes()
         shortlist = None
         if self.shortlist:

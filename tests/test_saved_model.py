@@ -155,6 +155,16 @@ def test_metadata_and_a_rebuild_with_another_beam(saved_model_dir, saved_model_t
         list(expected.translate(source)["translation"].numpy())
 
 
+def test_a_rebuild_in_another_dtype_policy_keeps_the_weights(saved_model_translator):
+    rebuilt = saved_model_translator.rebuild("mixed_bfloat16")
+    assert rebuilt.model.dtype_policy.name == "mixed_bfloat16"
+    assert saved_model_translator.rebuild().model.dtype_policy.name == "float32"
+    for variable, saved in zip(rebuilt.model.variables,
+                               saved_model_translator.loaded.model_variables, strict=True):
+        assert variable.dtype == tf.float32
+        np.testing.assert_array_equal(variable.numpy(), saved.numpy())
+
+
 def test_each_export_is_a_new_version_that_appears_whole(export_translator, tmp_path):
     """A reader polling the newest version while two exports run sees only complete ones."""
     base = tmp_path / "saved_model"

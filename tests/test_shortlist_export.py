@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from export.ct2_runtime import VMAP_NAME, CTranslate2Translator
 from export.onnx_runtime import OnnxTranslator
-from export.saved_model import SavedModelTranslator
+from export.saved_model import SavedModelTranslator, switch_session_shortlist
 from export.translator.signatures import SIGNATURES
 from export_helpers import SENTENCES, source_ids
 from keras_transformer.shortlist_table import ShortlistTable
@@ -157,6 +157,36 @@ def test_no_shortlist_searches_every_piece(version, shortlist_export, saved_mode
         loaded_once.loaded.shortlist_enabled.assign(True)
     with pytest.raises(ExportError, match="holds|hold"):
         OnnxTranslator(shortlist_export.onnx, shortlist=False)
+
+
+def test_the_session_loader_switches_the_shortlist(version, saved_model_dir,
+                                                   saved_model_translator):
+    """In TF1's session loader (TF Serving's), switched off: the translations of the same
+    model exported without a table; on again: the shortlisted ones. An export without a
+    shortlist has nothing to switch."""
+    def session_translate(path):
+        graph = tf.Graph()
+        session = tf.compat.v1.Session(graph=graph)
+        with graph.as_default():
+            meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(path))
+        signature = meta_graph.signature_def["serving_default"]
+
+        def translate() -> list[str]:
+            output = session.run(signature.outputs["translation"].name,
+                                 {signature.inputs["text"].name: SENTENCES})
+            return [text.decode() for text in output]
+
+        return session, meta_graph, translate
+
+    session, meta_graph, translate = session_translate(version)
+    shortlisted = translate()
+    assert switch_session_shortlist(session, meta_graph, False)
+    full = translate()
+    assert full == saved_model_translator.translate(SENTENCES)["translation"] != shortlisted
+    assert switch_session_shortlist(session, meta_graph, True)
+    assert translate() == shortlisted
+    session, meta_graph, _ = session_translate(saved_model_dir)
+    assert not switch_session_shortlist(session, meta_graph, False)
 
 
 def test_translate_no_shortlist_through_the_cli(shortlist_export, tmp_path, capsys):

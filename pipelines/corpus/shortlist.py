@@ -88,12 +88,19 @@ def shortlist_table(sources: Iterable[str], targets: Iterable[str],
     kept = rank < STORED_PER_PIECE
     candidates = np.full([vocab, STORED_PER_PIECE], PAD_ID, np.int32)
     candidates[source[kept], rank[kept]] = target[kept]
-    always = [PAD_ID, UNK_ID, BOS_ID, EOS_ID] + [processor.piece_to_id(symbol)
-                                                 for symbol in user_symbols(model_proto)]
     return ShortlistTable(candidates,
                           np.lexsort((np.arange(vocab), -target_counts)).astype(np.int32),
-                          np.unique(np.array(always, np.int32)),
+                          always_allowed(model_proto),
                           "co-occurrence" if alignments is None else "alignments", pairs)
+
+
+def always_allowed(model_proto: bytes) -> np.ndarray:
+    """The pieces a table allows every sentence (int32, sorted): PAD, UNK, BOS, EOS and the
+    SentencePiece model's user symbols (language tokens, corpus tags)."""
+    processor = spm.SentencePieceProcessor(model_proto=model_proto)
+    always = [PAD_ID, UNK_ID, BOS_ID, EOS_ID] + [processor.piece_to_id(symbol)
+                                                 for symbol in user_symbols(model_proto)]
+    return np.unique(np.array(always, np.int32))
 
 
 def write_shortlist(directory: Path, shard_names: Sequence[str], model_proto: bytes,

@@ -59,10 +59,10 @@ def main() -> int:
     from pipelines.config import load_config
     from pipelines.paths import RunPaths
 
-    export_dir = RunPaths(load_config(args.config).run_path).export
-    version = resolve_export(export_dir, "tf")[1]
+    config = load_config(args.config)
+    version = resolve_export(RunPaths(config.run_path).export, "tf")[1]
     signature = SavedModelTranslator(version).loaded.signatures["translate_ids"]
-    sources = test_split(args.config, args.sentences)[0]
+    sources = test_split(config, args.sentences)[0]
     batches = []
     for start in range(0, len(sources), args.batch_size):
         rows = sources[start:start + args.batch_size]

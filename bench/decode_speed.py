@@ -1,34 +1,48 @@
 """Decoding speed and BLEU of the exports on a run's test split, beam search as exported:
 sentences/s, target tokens/s and BLEU of the SavedModel (TensorFlow, float32; `tf-bfloat16`
 one in mixed_bfloat16, by default where `dtype: auto` picks it), model.onnx and
-model_int8.onnx (ONNX Runtime) and
-CTranslate2 float32 and int8 on the same weights, at batch sizes 1 and 32, then decode time
-against output length (batch 1: the cache makes it linear).
+model_int8.onnx (ONNX Runtime) and CTranslate2 float32 and int8 on the same weights, each
+with the export's lexical shortlist and without it (`:full`), at batch sizes 1 and 32, then
+decode time against output length (batch 1: the cache makes it linear).
 
     .venv/bin/python bench/decode_speed.py [CONFIG] [--sentences N] [--threads N]
-                                           [--batch-sizes 1,32] [--runtimes tf,onnx,...]
+                                           [--batch-sizes 1,32] [--runtimes tf,tf:full,...]
                                            [--xla-max-batch 8] [--parallel-searches N]
+                                           [--synthetic-vocab 32000 [--preset base]]
 
 The model: runs/NAME/export if it is complete, else an export of the run's checkpoint, else (said
 in the output) a randomly initialised model of the config's preset, which decodes every
 sentence to the length limit (source length + evaluate.extra_length); the CTranslate2 models
-are converted from the SavedModel's weights when the export has none, a SavedModel of
-another dtype than the export's is built from the run's checkpoint. Each runtime runs in a
-process of its own (its own thread pools; ONNX Runtime never beside TensorFlow); a SavedModel
-runs as TF Serving runs it, in a TF1 session (`--threads` inter-op and intra-op threads;
-`tf-parallel`, the SavedModel exported with `saved_model_parallel_searches` N and
-`saved_model_xla_max_batch`, with one intra-op thread: --tensorflow_intra_op_parallelism=1). Sources are
-tokenized beforehand and decoded as ids (pieces for CTranslate2), in batches of similar
-lengths as `translate_lines` makes them; target tokens are counted with their EOS (a
-CTranslate2 hypothesis with one EOS more: it returns none). BLEU (sacrebleu, detokenized
-output against the reference) comes from the largest batch size's run. One warm-up batch per
-batch size is not timed (`tf-xla`, the SavedModel whose beam search XLA compiles for batches
-of up to `--xla-max-batch` sentences, `export.saved_model_xla_max_batch`, default 8, and
-`tf-parallel`: every batch, so that each shape is compiled before the timing); at batch 1 each sentence runs twice and the length table takes the
-faster run (other processes share the CPU). The runtimes take turns batch by batch: each
-process decodes one batch while the others wait, so a machine whose speed drifts during the
-run (a shared virtual machine's can change 2x within minutes) slows every runtime alike and
-the ratios between them hold.
+are converted from the SavedModel's weights when the export has none, and a SavedModel of
+another dtype or search than the export's is built from them (bench/decode_models.py).
+
+The shortlist: a runtime's name as it is (`tf`, `onnx`, `ct2-float32`) searches with the
+export's shortlist, `NAME:full` the whole vocabulary: the SavedModel's `shortlist_enabled`
+switched off in the worker's session (`tf-xla:full`, `tf-parallel:full`: exports without the
+shortlist, whose XLA search stays), ONNX an export made without it, CTranslate2 the same model
+without `use_vmap`. Each row's `vs full` is its sentences/s over its `:full` twin's (the same
+sentences). A run without a shortlist table has the `:full` rows alone, and the report says so.
+`--synthetic-vocab PIECES` times a random model of PIECES pieces instead (the run's spm.model
+with unused pieces added, the config's model section or --preset, a synthetic shortlist table
+of Zipf draws: `decode_models.synthetic_run`), the shortlist's cost at a vocabulary no trained
+run has; its BLEU is a random model's.
+
+Each runtime runs in a process of its own (its own thread pools; ONNX Runtime never beside
+TensorFlow); a SavedModel runs as TF Serving runs it, in a TF1 session (`--threads` inter-op
+and intra-op threads; `tf-parallel`, the SavedModel exported with
+`saved_model_parallel_searches` N and `saved_model_xla_max_batch`, with one intra-op thread:
+--tensorflow_intra_op_parallelism=1). Sources are tokenized beforehand and decoded as ids
+(pieces for CTranslate2), in batches of similar lengths as `translate_lines` makes them;
+target tokens are counted with their EOS (a CTranslate2 hypothesis with one EOS more: it
+returns none). BLEU (sacrebleu, detokenized output against the reference) comes from the
+largest batch size's run. One warm-up batch per batch size is not timed (`tf-xla`, the
+SavedModel whose beam search XLA compiles for batches of up to `--xla-max-batch` sentences,
+`export.saved_model_xla_max_batch`, default 8, and `tf-parallel`: every batch, so that each
+shape is compiled before the timing); at batch 1 each sentence runs twice and the length
+table takes the faster run (other processes share the CPU). The runtimes take turns batch by
+batch: each process decodes one batch while the others wait, so a machine whose speed drifts
+during the run (a shared virtual machine's can change 2x within minutes) slows every runtime
+alike and the ratios between them, a runtime's two variants' among them, hold.
 """
 from __future__ import annotations
 
@@ -44,11 +58,13 @@ from typing import Callable
 
 import numpy as np
 
-from decode_models import find_model, test_split  # bench/decode_models.py
+# bench/decode_models.py
+from decode_models import FULL, find_model, synthetic_run, test_split, variant
 
 RUNTIMES = {"tf": "SavedModel", "tf-bfloat16": "SavedModel", "tf-xla": "SavedModel",
             "tf-parallel": "SavedModel", "onnx": "model.onnx",
             "onnx-int8": "model_int8.onnx", "ct2-float32": "CTranslate2", "ct2-int8": "CTranslate2"}
+NAMES = [name + suffix for name in RUNTIMES for suffix in ("", FULL)]  # each in both variants
 LENGTH_BUCKET = 10  # output tokens per row of the length table
 REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a busy machine)
 
@@ -61,7 +77,7 @@ def worker(runtime: str, model_dir: Path, sources: list[list[int]], batch_size: 
     sources[indices], EOS included)."""
     translate_ids = _translate_ids_function(runtime, model_dir, threads)
     batches = source_batches(sources, batch_size)
-    compiles = runtime in ("tf-xla", "tf-parallel")
+    compiles = variant(runtime)[0] in ("tf-xla", "tf-parallel")
     warmup = batches if compiles else batches[len(batches) // 2:][:1]
     for indices in warmup:  # tf-xla: every shape compiled first, as a server's warm-up does
         translate_ids([sources[i] for i in indices])
@@ -124,11 +140,13 @@ def _answer(runtime: str, process: subprocess.Popen) -> str:
 def _translate_ids_function(runtime: str, model_dir: Path, threads: int
                             ) -> Callable[[list[list[int]]], list[list[int]]]:
     """Source ids (pieces, EOS) -> best target ids (EOS included where the hypothesis ended)
-    for a batch, with `runtime`."""
-    if runtime.startswith("ct2-"):
+    for a batch, with `runtime` (with its shortlist, or without it: FULL)."""
+    name, shortlisted = variant(runtime)
+    if name.startswith("ct2-"):
         from export.ct2_runtime import CTranslate2Translator
 
-        ct2 = CTranslate2Translator(model_dir, runtime.removeprefix("ct2-"), threads)
+        ct2 = CTranslate2Translator(model_dir, name.removeprefix("ct2-"), threads,
+                                    shortlist=shortlisted)
         to_piece, to_id = ct2.processor.id_to_piece, ct2.processor.piece_to_id
 
         def translate_ids(batch: list[list[int]]) -> list[list[int]]:
@@ -136,15 +154,16 @@ def _translate_ids_function(runtime: str, model_dir: Path, threads: int
             return [[to_id(piece) for piece in row] + [ct2.processor.eos_id()] for row in pieces]
 
         return translate_ids
-    if runtime.startswith("onnx"):
+    if name.startswith("onnx"):
         from export.metadata import INT8_MODEL_FILE, MODEL_FILE
         from export.onnx_runtime import OnnxTranslator
 
-        model_file = INT8_MODEL_FILE if runtime == "onnx-int8" else MODEL_FILE
-        run = OnnxTranslator(model_dir, threads, model_file).translate_ids
+        model_file = INT8_MODEL_FILE if name == "onnx-int8" else MODEL_FILE
+        run = OnnxTranslator(model_dir, threads, model_file,
+                             shortlist=shortlisted).translate_ids
     else:
         run = _session_signature(model_dir, "translate_ids", threads,
-                                 intra_threads=1 if runtime == "tf-parallel" else threads)
+                                 1 if name == "tf-parallel" else threads, shortlisted)
 
     def translate_ids(batch: list[list[int]]) -> list[list[int]]:
         target = run(_pad(batch))["target_ids"]  # [batch, time]: EOS, then PAD
@@ -153,13 +172,16 @@ def _translate_ids_function(runtime: str, model_dir: Path, threads: int
     return translate_ids
 
 
-def _session_signature(model_dir: Path, name: str, inter_threads: int, intra_threads: int
-                       ) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+def _session_signature(model_dir: Path, name: str, inter_threads: int, intra_threads: int,
+                       shortlisted: bool) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
     """A SavedModel signature as TF Serving runs it: TF1's session loader, a session of
     `inter_threads` inter-op and `intra_threads` intra-op threads
-    (--tensorflow_inter_op_parallelism, --tensorflow_intra_op_parallelism)."""
+    (--tensorflow_inter_op_parallelism, --tensorflow_intra_op_parallelism), the export's
+    shortlist switched off unless `shortlisted`."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (registers the SentencePiece ops)
+
+    from export.saved_model import switch_session_shortlist
 
     tf.get_logger().setLevel("ERROR")  # the TF1 loader's deprecation notice
     graph = tf.Graph()
@@ -167,6 +189,7 @@ def _session_signature(model_dir: Path, name: str, inter_threads: int, intra_thr
         inter_op_parallelism_threads=inter_threads, intra_op_parallelism_threads=intra_threads))
     with graph.as_default():
         meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(model_dir))
+    switch_session_shortlist(session, meta_graph, shortlisted)
     signature = meta_graph.signature_def[name]
     inputs = {key: spec.name for key, spec in signature.inputs.items()}
     outputs = {key: spec.name for key, spec in signature.outputs.items()}
@@ -185,11 +208,12 @@ def _pad(rows: list[list[int]]) -> np.ndarray:
 
 
 def default_runtimes() -> list[str]:
-    """Every runtime, `tf-bfloat16` only where `dtype: auto` picks bfloat16 (native bf16)."""
+    """Every runtime with its shortlist and without (FULL), `tf-bfloat16` only where
+    `dtype: auto` picks bfloat16 (native bf16)."""
     from keras_transformer.precision import resolve_dtype
 
     native = resolve_dtype("auto")[0] == "mixed_bfloat16"
-    return [name for name in RUNTIMES if name != "tf-bfloat16" or native]
+    return [name for name in NAMES if variant(name)[0] != "tf-bfloat16" or native]
 
 
 def bleu(batches: list[dict], references: list[str], spm_model: Path) -> float:
@@ -206,21 +230,24 @@ def bleu(batches: list[dict], references: list[str], spm_model: Path) -> float:
     return sacrebleu.corpus_bleu(hypotheses, [references]).score
 
 
-def report(results: dict[str, dict[int, list[dict]]], about: str, threads: int,
-           bleus: dict[str, float]) -> str:
-    """Throughput per runtime and batch size (first runs) and BLEU, then batch-1 decode time
-    against output length (fastest runs) with a linear fit per runtime."""
-    lines = [f"model: {about}", f"{threads} thread(s) per runtime (tf-parallel: {threads} "
-             "inter-op, 1 intra-op)",
-             "", f"{'runtime':<28}{'batch':>6}{'sentences':>11}{'sent/s':>9}{'tokens/s':>10}"
-             f"{'BLEU':>7}"]
+def report(results: dict[str, dict[int, list[dict]]], about: str, shortlist: str,
+           threads: int, bleus: dict[str, float]) -> str:
+    """Throughput per runtime and batch size (first runs), as a share of its FULL twin's
+    (sentences/s; the same sentences) and BLEU, then batch-1 decode time against output
+    length (fastest runs) with a linear fit per runtime."""
+    lines = [f"model: {about}", f"shortlist: {shortlist}",
+             f"{threads} thread(s) per runtime (tf-parallel: {threads} inter-op, 1 intra-op)",
+             "", f"{'runtime':<34}{'batch':>6}{'sentences':>11}{'sent/s':>9}{'tokens/s':>10}"
+             f"{'vs full':>9}{'BLEU':>7}"]
     for runtime, by_batch in results.items():
         for batch_size, batches in by_batch.items():
-            seconds = sum(b["seconds"][0] for b in batches)
+            seconds = _seconds(batches)
             sentences = sum(b["sentences"] for b in batches)
             tokens = sum(b["tokens"] for b in batches)
-            lines.append(f"{runtime:<28}{batch_size:>6}{sentences:>11}"
-                         f"{sentences / seconds:>9.2f}{tokens / seconds:>10.1f}"
+            full = results.get(runtime + FULL, {}).get(batch_size)
+            ratio = f"{_seconds(full) / seconds:>9.2f}" if full else f"{'-':>9}"
+            lines.append(f"{_label(runtime):<34}{batch_size:>6}{sentences:>11}"
+                         f"{sentences / seconds:>9.2f}{tokens / seconds:>10.1f}{ratio}"
                          f"{bleus[runtime]:>7.2f}")
     if not all(1 in by_batch for by_batch in results.values()):
         return "\n".join(lines)
@@ -240,9 +267,19 @@ def report(results: dict[str, dict[int, list[dict]]], about: str, threads: int,
     for runtime, (n, t) in singles.items():
         slope, intercept = np.polyfit(n, t, 1)
         r2 = 1 - np.sum((t - slope * n - intercept) ** 2) / np.sum((t - t.mean()) ** 2)
-        lines.append(f"{runtime}: time = {1000 * intercept:.0f} ms + {1000 * slope:.2f} ms "
-                     f"x output tokens (R^2 {r2:.2f})")
+        lines.append(f"{_label(runtime)}: time = {1000 * intercept:.0f} ms + "
+                     f"{1000 * slope:.2f} ms x output tokens (R^2 {r2:.2f})")
     return "\n".join(lines)
+
+
+def _seconds(batches: list[dict]) -> float:
+    """The batches' time, their first runs'."""
+    return sum(b["seconds"][0] for b in batches)
+
+
+def _label(runtime: str) -> str:
+    """The report's name of a runtime: what it runs, then its name (`SavedModel (tf:full)`)."""
+    return f"{RUNTIMES[variant(runtime)[0]]} ({runtime})"
 
 
 def main() -> int:
@@ -258,9 +295,17 @@ def main() -> int:
                         help="tf-parallel's export.saved_model_parallel_searches (default: "
                              "--threads); it also compiles up to --xla-max-batch and runs with "
                              "one intra-op thread")
-    parser.add_argument("--runtimes", help=f"comma-separated, of {', '.join(RUNTIMES)} "
-                        "(default: all, tf-bfloat16 where the CPU has native bf16)")
-    parser.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
+    parser.add_argument("--runtimes", help=f"comma-separated, of {', '.join(RUNTIMES)}, each "
+                        f"with its shortlist, or with {FULL} without it (default: all, both "
+                        "ways, tf-bfloat16 where the CPU has native bf16)")
+    parser.add_argument("--synthetic-vocab", type=int, metavar="PIECES",
+                        help="time a random model of PIECES pieces (the run's spm.model with "
+                             "unused pieces added) with a synthetic shortlist table, not the "
+                             "run's model")
+    parser.add_argument("--preset", choices=("tiny", "small", "base", "big", "student"),
+                        help="with --synthetic-vocab: the random model's preset (default: "
+                             "the config's model section)")
+    parser.add_argument("--worker", choices=NAMES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, help=argparse.SUPPRESS)
@@ -270,22 +315,36 @@ def main() -> int:
         worker(args.worker, Path(args.model_dir), json.loads(sys.stdin.readline()),
                args.batch_size, args.threads, args.repeats)
         return 0
+    runtimes = args.runtimes.split(",") if args.runtimes else default_runtimes()
+    if set(runtimes) - set(NAMES):
+        parser.error(f"unknown runtimes {', '.join(sorted(set(runtimes) - set(NAMES)))}; "
+                     f"choose from {', '.join(NAMES)}")
+    if args.preset and not args.synthetic_vocab:
+        parser.error("--preset is the random model's of --synthetic-vocab")
+    from pipelines.config import load_config
+
+    config = load_config(args.config)
     batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory() as scratch:
-        runtimes = args.runtimes.split(",") if args.runtimes else default_runtimes()
-        directories, about = find_model(args.config, Path(scratch), runtimes,
-                                        args.xla_max_batch,
-                                        args.parallel_searches or args.threads)
-        sources, references, spm_model = test_split(args.config, args.sentences)
-        names = {runtime: f"{RUNTIMES[runtime]} ({runtime})" for runtime in runtimes}
-        results: dict[str, dict[int, list[dict]]] = {name: {} for name in names.values()}
+        about = None
+        if args.synthetic_vocab:
+            try:
+                config, about = synthetic_run(config, Path(scratch) / "synthetic",
+                                              args.synthetic_vocab, args.preset)
+            except ValueError as error:
+                parser.error(str(error))
+        found = find_model(config, Path(scratch), runtimes, args.xla_max_batch,
+                           args.parallel_searches or args.threads)
+        sources, references, spm_model = test_split(config, args.sentences)
+        results: dict[str, dict[int, list[dict]]] = {name: {} for name in found.directories}
         for batch_size in batch_sizes:
-            timed = taking_turns(runtimes, directories, sources, batch_size, args.threads)
+            timed = taking_turns(list(found.directories), found.directories, sources,
+                                 batch_size, args.threads)
             for runtime, batches in timed.items():
-                results[names[runtime]][batch_size] = batches
+                results[runtime][batch_size] = batches
         bleus = {name: bleu(by_batch[max(batch_sizes)], references, spm_model)
                  for name, by_batch in results.items()}
-        print(report(results, about, args.threads, bleus))
+        print(report(results, about or found.about, found.shortlist, args.threads, bleus))
     return 0
 
 

@@ -7,7 +7,7 @@ CTranslate2 model: float32).
     open_translator(path, runtime=None, beam_size=None) -> a LineTranslator
     open_saved_model(version_dir) -> SavedModelTranslator;  rebuild_translator(it, **settings)
     ensemble_exports(paths) -> the SavedModel versions of an ensemble's members, checked
-    open_ensemble(versions, beam_size=None) -> a Translator of their models as one Ensemble
+    open_ensemble(versions, beam_size=None, shortlist=True) -> their models as one Ensemble
     vocabulary_mismatch(files) -> None, or the line naming a SentencePiece model that differs
 
 Without `runtime`, the first found of tf, onnx, ct2. A beam size other than the exported one
@@ -215,9 +215,11 @@ def ensemble_exports(paths: Sequence[Path]) -> list[Path]:
     return versions
 
 
-def open_ensemble(versions: Sequence[Path], beam_size: int | None = None) -> Translator:
+def open_ensemble(versions: Sequence[Path], beam_size: int | None = None,
+                  shortlist: bool = True) -> Translator:
     """An in-process Translator of the SavedModel versions' models (`ensemble_exports`) as one
-    Ensemble, with the first version's decoding settings (and `beam_size`).
+    Ensemble, with the first version's decoding settings (and `beam_size`) and lexical
+    shortlist (as an ensemble export carries its first run's; `shortlist` false: none).
 
     Raises:
         ExportError: a version's graph, variables or spm.model truncated or corrupt.
@@ -227,14 +229,15 @@ def open_ensemble(versions: Sequence[Path], beam_size: int | None = None) -> Tra
     from keras_transformer.ensemble import Ensemble
 
     spm_model_proto = _spm_model_proto(versions[0])
-    exports = [open_saved_model(version) for version in versions]
+    exports = [open_saved_model(version, shortlist) for version in versions]
     models = [model for export in exports for model in export.models()]
     records = [record for export in exports for record in export.metadata.ensemble or
                [EnsembleMember(str(export.version_dir), "", export.metadata.model)]]
     settings = exports[0].metadata.settings
     if beam_size is not None:
         settings = dataclasses.replace(settings, beam_size=beam_size)
-    return Translator(Ensemble(models), spm_model_proto, settings, ensemble=records)
+    return Translator(Ensemble(models), spm_model_proto, settings, ensemble=records,
+                      shortlist=exports[0].lexical_shortlist())
 
 
 def _check_onnx(path: Path) -> None:

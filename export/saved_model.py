@@ -266,11 +266,14 @@ class SavedModelTranslator:
         e.g. beam_size=8)."""
         models = self.models(dtype)
         spm_model_proto = (self.version_dir / SAVED_MODEL_EXTRA / SPM_FILE).read_bytes()
-        shortlist = None
-        if self.shortlist:
-            shortlist = Shortlist(self.loaded.shortlist_table.numpy(),
-                                  self.loaded.shortlist_always.numpy(),
-                                  self.metadata.shortlist[1])
         return Translator(Ensemble(models) if self.metadata.ensemble else models[0],
                           spm_model_proto, dataclasses.replace(self.metadata.settings, **changes),
-                          ensemble=self.metadata.ensemble, shortlist=shortlist)
+                          ensemble=self.metadata.ensemble, shortlist=self.lexical_shortlist())
+
+    def lexical_shortlist(self) -> Shortlist | None:
+        """This version's lexical shortlist (its table, always-allowed pieces and frequent
+        count) for an in-process Translator; None when it has none or it is switched off."""
+        if not self.shortlist:
+            return None
+        return Shortlist(self.loaded.shortlist_table.numpy(),
+                         self.loaded.shortlist_always.numpy(), self.metadata.shortlist[1])

@@ -83,7 +83,7 @@ def translate_command(args: argparse.Namespace) -> int:
         if runtime == "tf":
             import_tensorflow_quietly()
             warn_unused_gpu_driver("translate", "translating")
-        translator = (open_ensemble(members, args.beam) if members else
+        translator = (open_ensemble(members, args.beam, args.shortlist) if members else
                       open_translator(Path(args.model_dir), args.runtime, args.beam,
                                       args.shortlist))
         if runtime == "tf" and (args.alignments or args.markup):  # before any output

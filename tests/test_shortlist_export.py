@@ -203,3 +203,26 @@ def test_translate_no_shortlist_through_the_cli(shortlist_export, tmp_path, caps
     assert main(["translate", str(shortlist_export.onnx), str(tmp_path / "in.txt"),
                  "--runtime", "onnx", "--no-shortlist"]) != 0
     assert "export again with export.shortlist: false" in capsys.readouterr().err
+
+
+def test_an_in_process_ensemble_keeps_the_first_exports_shortlist(version, shortlisted,
+                                                                  saved_model_translator):
+    """`translate V --ensemble V` (export.loading.open_ensemble): two copies of the model search
+    its shortlist as the model does; `--no-shortlist`: every piece, as the model without a
+    table."""
+    from export.loading import open_ensemble
+
+    expected = shortlisted.translate(SENTENCES)["translation"]
+    full = saved_model_translator.translate(SENTENCES)["translation"]
+    assert expected != full  # k 3: the shortlist changes translations
+    def translations(translator) -> list[str]:
+        output = translator.translate(tf.constant(SENTENCES))["translation"]
+        return [text.decode() for text in output.numpy()]
+
+    assert translations(open_ensemble([version, version])) == expected
+    unlisted = open_ensemble([version, version], shortlist=False)
+    try:
+        assert unlisted.shortlist is None
+        assert translations(unlisted) == full
+    finally:
+        shortlisted.loaded.shortlist_enabled.assign(True)  # the loads share one graph's variables

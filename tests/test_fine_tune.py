@@ -15,7 +15,7 @@ import yaml
 from pipelines.checkpoints.files import training_checkpoints
 from pipelines.cli import main
 from pipelines.paths import RunPaths
-from tiny_run import ONE_LAYER_A_SIDE, WORDS
+from tiny_run import ONE_LAYER_A_SIDE, WORDS, copy_run
 
 
 @pytest.fixture
@@ -103,14 +103,18 @@ def test_bad_parents_are_refused_before_any_work(parent: Path, tmp_path: Path, c
 
 
 def test_data_prepared_with_another_vocabulary_or_a_run_from_scratch_is_refused(
-        parent: Path, tmp_path: Path, capsys) -> None:
+        parent: Path, trained_tiny_run: Path, tmp_path: Path, capsys) -> None:
     assert main(["prepare", str(child_config(tmp_path, None))]) == 0  # its own vocabulary
     assert main(["train", str(child_config(tmp_path, parent))]) == 2
     assert (f"train.init_from: {tmp_path / 'child' / 'vocab' / 'spm.model'} is not the parent's "
             f"vocabulary ({parent / 'vocab' / 'spm.model'})") in capsys.readouterr().err
     assert not (tmp_path / "child" / "checkpoints" / "checkpoint").exists()
 
-    assert main(["train", str(child_config(tmp_path, None))]) == 0  # from scratch
-    assert main(["train", str(child_config(tmp_path, parent))]) == 2
-    assert (f"train.init_from: {parent}: {tmp_path / 'child' / 'checkpoints'} holds a run "
-            f"trained from scratch (step 1)") in capsys.readouterr().err
+    # A run trained from scratch: a copy of the parent's own 20 steps, fine-tuned from it.
+    config, scratch = copy_run(trained_tiny_run, tmp_path / "scratch")
+    text = yaml.safe_load(config.read_text())
+    text["train"]["init_from"] = str(parent)
+    config.write_text(yaml.safe_dump(text))
+    assert main(["train", str(config)]) == 2
+    assert (f"train.init_from: {parent}: {scratch.checkpoints} holds a run trained from scratch "
+            f"(step 20)") in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """Training across replicas and workers, each run in subprocesses: N replicas and gradient
 accumulation make the one-replica update; a float16 overflow on one replica (one worker) is
 skipped by all; workers whose clocks differ agree on the budget and the checkpoints; a pair
-stops together on a preemption signal to one worker, and a lost worker (killed, or stuck) ends
+stops together on a preemption signal to one worker, and a lost worker (stuck, or killed) ends
 the other in bounded time naming it."""
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from pipelines.checkpoints.files import checkpoint_step, training_checkpoints
 from pipelines.paths import RunPaths
@@ -120,21 +121,34 @@ def test_two_workers_agree_on_overflow_and_budget_and_finish_with_identical_weig
 def _pause_worker_1(config: Path, outs: list[Path], workers: list[str]) -> list[subprocess.Popen]:
     """The pair with worker 1 stopping (alive, asleep) before update 13, after checkpoint 10;
     returns once it has stopped."""
+    paused = Path(f"{outs[1]}.paused")
+    paused.unlink(missing_ok=True)  # an earlier pause's
     processes = _start_workers(config, outs, {1: ["--pause-at", "13"]}, workers)
-    paused, deadline = Path(f"{outs[1]}.paused"), time.monotonic() + 180
+    deadline = time.monotonic() + 180
     while not paused.exists() and time.monotonic() < deadline and processes[0].poll() is None:
         time.sleep(0.1)
     assert paused.exists(), _finish(processes, timeout=1)
     return processes
 
 
+def _set_worker_timeout(config: Path, minutes: float) -> None:
+    """train.worker_timeout_minutes of the run's config file set to `minutes`."""
+    text = yaml.safe_load(config.read_text())
+    text["train"]["worker_timeout_minutes"] = minutes
+    config.write_text(yaml.safe_dump(text))
+
+
 @pytest.mark.slow
-def test_a_pair_survives_a_preemption_and_a_killed_worker(tmp_path: Path) -> None:
+def test_a_pair_survives_a_preemption_a_stuck_worker_and_a_killed_one(tmp_path: Path) -> None:
     """1. SIGTERM reaches worker 1 as update 7 starts, and again while it saves: both end
     update 7, the chief saves checkpoint 7, each exits 75 with one line. 2. Restarted, the
-    pair resumes at 7; worker 1 is SIGKILLed before update 13: worker 0, waiting in that
-    update's collective, exits 69 within the bound naming it (its heartbeats stopped).
-    3. Restarted, the pair resumes from checkpoint 10 and ends with identical weights."""
+    pair resumes at 7; worker 1 stops, alive, before update 13: its heartbeats go on, so
+    worker 0 waits in the collective until train.worker_timeout_minutes (0.25), then exits 69
+    naming it. 3. Restarted with a timeout of a minute, the pair resumes from checkpoint 10;
+    worker 1 is SIGKILLed before update 13: worker 0, waiting in that update's collective,
+    exits 69 within the bound naming it (its heartbeats stopped). 4. Restarted, the pair
+    resumes from checkpoint 10 and ends with identical weights. (One run for the four: each
+    start of the pair costs two processes' start-up and first trace.)"""
     config = make_tiny_run(tmp_path, train={"worker_timeout_minutes": 1.0})
     outs = [tmp_path / f"worker{index}.npz" for index in range(2)]
     processes = _start_workers(config, outs, {1: ["--signal-at", "7", "--signal-in-save"]})
@@ -149,13 +163,30 @@ def test_a_pair_survives_a_preemption_and_a_killed_worker(tmp_path: Path) -> Non
     assert [checkpoint_step(path) for path in training_checkpoints(paths)] == [7]
     assert not any(out.exists() for out in outs)
 
+    _set_worker_timeout(config, 0.25)
+    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    chief, worker = _pause_worker_1(config, outs, workers)
+    stopped = time.monotonic()
+    try:
+        out, err = chief.communicate(timeout=90)
+    finally:
+        worker.kill()
+        _finish([chief, worker])
+    assert 15 - 2 < time.monotonic() - stopped < 60
+    assert f"resumed from {checkpoints}/ckpt-7 at step 7" in out  # the chief's progress
+    assert (chief.returncode, err) == (69, (
+        f"keras-transformer train: worker-1 ({workers[1]}) did not answer within "
+        f"train.worker_timeout_minutes (0.25) after step 12: restart every worker to resume "
+        f"from {checkpoints}/ckpt-10\n"))
+
+    _set_worker_timeout(config, 1.0)
     workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
     chief, worker = _pause_worker_1(config, outs, workers)
     worker.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     (out, err), _ = _finish([chief, worker], timeout=90)
     assert time.monotonic() - killed < 60
-    assert f"resumed from {checkpoints}/ckpt-7 at step 7" in out  # the chief's progress
+    assert f"resumed from {checkpoints}/ckpt-10 at step 10" in out
     assert (chief.returncode, err) == (69, (
         f"keras-transformer train: worker-1 ({workers[1]}) stopped (no heartbeat) after step "
         f"12: restart every worker to resume from {checkpoints}/ckpt-10\n"))
@@ -164,25 +195,3 @@ def test_a_pair_survives_a_preemption_and_a_killed_worker(tmp_path: Path) -> Non
     for out, err in outputs:
         assert "to step 20 (resumed at step 10, MultiWorkerMirroredStrategy" in out, out + err
     _assert_identical(outs)
-
-
-@pytest.mark.slow
-def test_a_worker_that_stops_answering_ends_the_other_at_the_timeout(tmp_path: Path) -> None:
-    """Worker 1 stops, alive, before update 13: its heartbeats go on, so worker 0 waits in
-    the collective until train.worker_timeout_minutes, then exits 69 naming it."""
-    config = make_tiny_run(tmp_path, train={"worker_timeout_minutes": 0.25})
-    outs = [tmp_path / f"worker{index}.npz" for index in range(2)]
-    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
-    chief, worker = _pause_worker_1(config, outs, workers)
-    stopped = time.monotonic()
-    try:
-        _, err = chief.communicate(timeout=90)
-    finally:
-        worker.kill()
-        _finish([chief, worker])
-    assert 15 - 2 < time.monotonic() - stopped < 60
-    checkpoint = tmp_path / "run" / "checkpoints" / "ckpt-10"
-    assert (chief.returncode, err) == (69, (
-        f"keras-transformer train: worker-1 ({workers[1]}) did not answer within "
-        f"train.worker_timeout_minutes (0.25) after step 12: restart every worker to resume "
-        f"from {checkpoint}\n"))

@@ -15,7 +15,7 @@ import yaml
 from pipelines.checkpoints.files import training_checkpoints
 from pipelines.cli import main
 from pipelines.paths import RunPaths
-from tiny_run import WORDS
+from tiny_run import ONE_LAYER_A_SIDE, WORDS, copy_run
 
 
 @pytest.fixture
@@ -27,7 +27,8 @@ def parent(trained_tiny_run: Path) -> Path:
 def child_config(directory: Path, init_from: Path | str | None, *, model: dict | None = None,
                  train: dict | None = None) -> Path:
     """A config fine-tuning on 60 new pairs of the parent's task (10 held out for dev, 10 for
-    test), 1 step at a learning rate too small to move the weights by 1e-5."""
+    test), 1 step at a learning rate too small to move the weights by 1e-5; the parent's
+    architecture (the tiny preset, one layer a side)."""
     rng = random.Random(1)
     pairs = [rng.choices(WORDS, k=rng.randint(2, 12)) for _ in range(60)]
     (directory / "domain.src").write_text("".join(" ".join(words) + "\n" for words in pairs))
@@ -37,7 +38,8 @@ def child_config(directory: Path, init_from: Path | str | None, *, model: dict |
         "name": "child", "run_dir": str(directory / "child"),
         "data": {"source": "files", "train": {"src": "domain.src", "tgt": "domain.tgt"},
                  "holdout": 10, "vocab_size": 300, "max_length": 40},
-        "model": {"preset": "tiny", "dropout": 0.0, "dtype": "float32", **(model or {})},
+        "model": {"preset": "tiny", **ONE_LAYER_A_SIDE, "dropout": 0.0, "dtype": "float32",
+                  **(model or {})},
         "train": {"batch_tokens": 320, "steps": 1, "warmup_steps": 1, "learning_rate_scale": 1e-6,
                   "checkpoint_every_steps": 1, "validate_every_steps": 0, "bleu_every_steps": 0,
                   "average_last": 1, **({"init_from": str(init_from)} if init_from else {}),
@@ -101,14 +103,18 @@ def test_bad_parents_are_refused_before_any_work(parent: Path, tmp_path: Path, c
 
 
 def test_data_prepared_with_another_vocabulary_or_a_run_from_scratch_is_refused(
-        parent: Path, tmp_path: Path, capsys) -> None:
+        parent: Path, trained_tiny_run: Path, tmp_path: Path, capsys) -> None:
     assert main(["prepare", str(child_config(tmp_path, None))]) == 0  # its own vocabulary
     assert main(["train", str(child_config(tmp_path, parent))]) == 2
     assert (f"train.init_from: {tmp_path / 'child' / 'vocab' / 'spm.model'} is not the parent's "
             f"vocabulary ({parent / 'vocab' / 'spm.model'})") in capsys.readouterr().err
     assert not (tmp_path / "child" / "checkpoints" / "checkpoint").exists()
 
-    assert main(["train", str(child_config(tmp_path, None))]) == 0  # from scratch
-    assert main(["train", str(child_config(tmp_path, parent))]) == 2
-    assert (f"train.init_from: {parent}: {tmp_path / 'child' / 'checkpoints'} holds a run "
-            f"trained from scratch (step 1)") in capsys.readouterr().err
+    # A run trained from scratch: a copy of the parent's own 20 steps, fine-tuned from it.
+    config, scratch = copy_run(trained_tiny_run, tmp_path / "scratch")
+    text = yaml.safe_load(config.read_text())
+    text["train"]["init_from"] = str(parent)
+    config.write_text(yaml.safe_dump(text))
+    assert main(["train", str(config)]) == 2
+    assert (f"train.init_from: {parent}: {scratch.checkpoints} holds a run trained from scratch "
+            f"(step 20)") in capsys.readouterr().err

@@ -54,14 +54,11 @@ def batch_candidates(shortlist: Shortlist, source_ids: tf.Tensor, vocab_size: in
     batch = tf.shape(source_ids)[0]
     table = tf.convert_to_tensor(shortlist.table, tf.int32)
     always = tf.convert_to_tensor(shortlist.always, tf.int32)
-    pieces = [tf.reshape(tf.gather(table, source_ids), [batch, -1]),  # [batch, source * k]
-              source_ids]
+    pieces = [tf.gather(table, source_ids), source_ids]  # [batch, source, k], [batch, source]
     if forced_ids is not None:
-        pieces.append(tf.reshape(tf.cast(forced_ids, tf.int32), [batch, -1]))
-    ids = tf.concat(pieces, axis=1)  # [batch, m]
-    row = tf.broadcast_to(tf.range(batch)[:, None], tf.shape(ids))  # [batch, m]
-    hits = tf.scatter_nd(tf.reshape(tf.stack([row, ids], axis=2), [-1, 2]),
-                         tf.ones([tf.size(ids)], tf.int32), [batch, vocab_size])
+        pieces.append(tf.cast(forced_ids, tf.int32))  # [batch, ...]
+    pairs = tf.concat([_row_pairs(ids) for ids in pieces], axis=0)  # [m, 2]: (row, id)
+    hits = tf.scatter_nd(pairs, tf.ones(tf.shape(pairs)[:1], tf.int32), [batch, vocab_size])
     allowed = tf.scatter_nd(always[:, None], tf.ones_like(always), [vocab_size]) > 0  # [vocab]
     allowed |= ~tf.convert_to_tensor(shortlist.enabled, tf.bool)  # off: every piece
     member = (hits > 0) | allowed[None]  # [batch, vocab]
@@ -93,3 +90,11 @@ def to_candidate_index(ids: tf.Tensor, candidate_ids: tf.Tensor, vocab_size: int
     inverse = tf.scatter_nd(candidate_ids[:, None], tf.where(first, positions, 0),
                             [vocab_size])  # [vocab]
     return tf.gather(inverse, tf.cast(ids, tf.int32))
+
+
+def _row_pairs(ids: tf.Tensor) -> tf.Tensor:
+    """int32 [batch, ...] -> int32 [m, 2]: (row, id) of each id. Not through a [batch, -1]
+    reshape, which tf2onnx writes [0, -1] and ONNX Runtime cannot do for a batch of 0 rows."""
+    rows = tf.range(tf.shape(ids)[0])[(...,) + (None,) * (ids.shape.rank - 1)]  # [batch, 1...]
+    pairs = tf.stack([tf.broadcast_to(rows, tf.shape(ids)), ids], axis=-1)  # [batch, ..., 2]
+    return tf.reshape(pairs, [-1, 2])

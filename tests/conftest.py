@@ -47,8 +47,8 @@ from pipelines.corpus.prepare import PrepareSummary, prepare  # noqa: E402
 SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
     "test_export.py", "test_multilingual.py", "test_ensemble.py", "test_distributed.py",
     "test_train.py",
-    "test_xla_saved_model.py", "test_budget.py", "test_run.py", "test_faults.py", "test_terminology.py",
-    "test_saved_model.py", "test_model.py", "test_serving.py", "test_translate.py",
+    "test_serving.py", "test_budget.py", "test_run.py", "test_faults.py", "test_terminology.py",
+    "test_saved_model.py", "test_model.py", "test_translate.py",
     "test_data.py", "test_noise.py", "test_fine_tune.py", "test_onnx.py", "test_static_search.py",
     "test_model_size.py", "test_guided_alignment.py", "test_best_checkpoints.py",
     "test_prepare.py", "test_translator.py", "test_sources.py")
@@ -56,7 +56,7 @@ SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
 
 # The fixtures that prepare, train or export a run (every fixture built on them is too).
 RUN_FIXTURES = {"demo_run", "export_config", "trained_tiny_run", "multilingual_export",
-                "shortlist_export"}
+                "shortlist_export", "shortlist_run"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -261,50 +261,60 @@ def saved_model_dir(exported) -> Path:
     return exported.saved_model
 
 
-@pytest.fixture(scope="session")
-def xla_export(export_translator, tmp_path_factory: pytest.TempPathFactory):
-    """`export_run` of a run of export_translator's model with export.saved_model_xla_max_batch
-    4 (beam search compiled by XLA up to batch 4) and saved_model_parallel_searches 2 (larger
-    batches in two graph searches side by side), the SavedModel alone."""
-    from export_helpers import write_run
-    from pipelines.export import export_run
-    from pipelines.config import ExportConfig
-
-    def build(directory: Path) -> None:
-        config = load_config(write_run(directory, export_translator))
-        summary = export_run(dataclasses.replace(config, export=ExportConfig(
-            formats=("saved_model",), saved_model_xla_max_batch=4,
-            saved_model_parallel_searches=2)))
-        (directory / "summary.pickle").write_bytes(pickle.dumps(summary))
-
-    directory = shared_directory(tmp_path_factory, "xla_export", build)
-    return pickle.loads((directory / "summary.pickle").read_bytes())
+SHORTLIST = {"shortlist_k": 3, "shortlist_frequent": 20}  # small: it changes translations
 
 
 @pytest.fixture(scope="session")
-def shortlist_export(export_translator, tmp_path_factory: pytest.TempPathFactory):
-    """`export_run` of a run of export_translator's model whose vocab/shortlist.npz prepare's
-    counting wrote from its train pairs (co-occurrence), every format, the SavedModel with
-    XLA up to batch 4 (so that it holds both searches), shortlist_k 3 and shortlist_frequent
-    20 (so that the shortlist changes translations): about 60 s."""
+def shortlist_run(export_translator, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The config of a run of export_translator's model whose vocab/shortlist.npz prepare's
+    counting wrote from its train pairs (co-occurrence), its export section SHORTLIST's (about
+    1 s)."""
+    import yaml
+
     from export_helpers import write_run
-    from pipelines.config import ExportConfig
     from pipelines.corpus.shortlist import write_shortlist
-    from pipelines.export import export_run
     from pipelines.paths import RunPaths
 
     def build(directory: Path) -> None:
-        config = load_config(write_run(directory, export_translator))
-        paths = RunPaths(config.run_path)
+        config = write_run(directory, export_translator)
+        paths = RunPaths(load_config(config).run_path)
         pairs = len((paths.data / "train.src").read_text().splitlines())
         write_shortlist(paths.data, ["train"], export_translator.spm_model_proto, False,
                         paths.shortlist, pairs)
-        summary = export_run(dataclasses.replace(config, export=ExportConfig(
-            saved_model_xla_max_batch=4, shortlist_k=3, shortlist_frequent=20)))
+        config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()),
+                                          "export": SHORTLIST}))
+
+    return shared_directory(tmp_path_factory, "shortlist_run", build) / "config.yaml"
+
+
+@pytest.fixture(scope="session")
+def shortlist_export(shortlist_run: Path, tmp_path_factory: pytest.TempPathFactory):
+    """`export_run` of shortlist_run: every format, the SavedModel's beam search compiled by
+    XLA up to batch 4 and larger batches in two graph searches side by side
+    (export.saved_model_xla_max_batch 4, saved_model_parallel_searches 2), so that it holds
+    every search; the exports TF Serving's tests serve (saved_model_server). About 45 CPU-s."""
+    from pipelines.export import export_run
+
+    def build(directory: Path) -> None:
+        config = load_config(shortlist_run)
+        summary = export_run(dataclasses.replace(config, export=dataclasses.replace(
+            config.export, saved_model_xla_max_batch=4, saved_model_parallel_searches=2)))
         (directory / "summary.pickle").write_bytes(pickle.dumps(summary))
 
     directory = shared_directory(tmp_path_factory, "shortlist_export", build)
     return pickle.loads((directory / "summary.pickle").read_bytes())
+
+
+@pytest.fixture(scope="session")
+def shortlist_translator(shortlist_run: Path, export_translator):
+    """export_translator's model and settings searching shortlist_run's shortlist in the graph,
+    in this process (no XLA, one search): the reference of the shortlisted exports."""
+    from export.translator import Translator
+    from pipelines.models import run_shortlist
+
+    return Translator(export_translator.model, export_translator.spm_model_proto,
+                      export_translator.settings,
+                      shortlist=run_shortlist(load_config(shortlist_run)))
 
 
 @pytest.fixture(scope="session")
@@ -313,12 +323,15 @@ def onnx_dir(exported) -> Path:
 
 
 @pytest.fixture(scope="session")
-def saved_model_server(saved_model_dir: Path):
-    """The exported SavedModel as TF Serving loads it (tests/test_serving.py's SessionServer:
-    the TF1 session loader, tag "serve"), once per process: tests only send it requests."""
+def saved_model_server(shortlist_export):
+    """The shortlisted SavedModel (XLA up to batch 4, two graph searches above) as TF Serving
+    loads it (tests/test_serving.py's SessionServer: the TF1 session loader, tag "serve"),
+    once per process: tests only send it requests. Its first request to each signature costs
+    2-15 CPU-s (Grappler optimizes the signature's graph, functions inlined), each batch
+    shape up to 4 rows about 4 CPU-s more (XLA compiles it)."""
     from test_serving import SessionServer
 
-    return SessionServer(saved_model_dir)
+    return SessionServer(shortlist_export.saved_model)
 
 
 @pytest.fixture(scope="session")

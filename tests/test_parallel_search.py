@@ -47,7 +47,7 @@ def test_one_part_is_the_search_itself_and_zero_is_refused():
 def test_the_split_keeps_each_sentences_nbest_list(export_translator):
     """The tiny model, 10 sentences and an empty one, in 3 parts (4, 4 and 3 rows), with a
     forced prefix for two of them: the same ids and scores as one beam search over the batch
-    (2 parts: tests/test_xla_saved_model.py)."""
+    (2 parts: tests/test_serving.py)."""
     model, settings = export_translator.model, export_translator.settings
     source = tf.constant(source_ids(export_translator.spm_model_proto, SENTENCES + [" "]))
     prefix = np.zeros([len(SENTENCES) + 1, 2], np.int32)

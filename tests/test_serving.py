@@ -1,5 +1,11 @@
 """The SavedModel as TF Serving runs it: loaded by the TF1 session loader with tag "serve" (as
-the C++ server does), fed PredictRequests built with tensorflow-serving-api."""
+the C++ server does), fed PredictRequests built with tensorflow-serving-api.
+
+The export served (conftest.py's saved_model_server) holds a lexical shortlist, its beam search
+compiled by XLA for batches up to 4 and run as two graph searches side by side above: its
+answers are those of the graph's one beam search with the shortlist (conftest.py's
+shortlist_translator, in this process) and of the shortlisted ONNX model.
+"""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -7,7 +13,7 @@ from tensorflow_serving.apis import predict_pb2
 
 from export.serving.client import parse_response, predict_request, rest_payload
 from export.translator.signatures import SIGNATURES
-from export_helpers import SENTENCES
+from export_helpers import SENTENCES, source_ids
 from keras_transformer.tokenizer import UNK_ID
 
 
@@ -48,6 +54,22 @@ def server(saved_model_server) -> SessionServer:
     return saved_model_server
 
 
+@pytest.fixture(scope="module")
+def onnx_dir(shortlist_export):
+    """The served export's ONNX models (the same shortlist)."""
+    return shortlist_export.onnx
+
+
+@pytest.fixture(scope="module")
+def reference(shortlist_translator) -> dict[str, np.ndarray]:
+    """The test sentences' source ids, and the best target ids and scores of the graph's beam
+    search with the export's shortlist (in this process, about 5 CPU-s)."""
+    source = source_ids(shortlist_translator.spm_model_proto, SENTENCES)
+    output = shortlist_translator.translate_ids(tf.constant(source))
+    return {"source_ids": source, "target_ids": output["target_ids"].numpy(),
+            "score": output["score"].numpy()}
+
+
 def translate(server: SessionServer, lines) -> tuple[list[str], list[float]]:
     return parse_response(server.predict(predict_request("tiny", {"text": np.array(lines,
                                                                                    object)})))
@@ -65,25 +87,33 @@ def test_the_session_loader_serves_the_tables_signatures(server):
             {output.name: output.dtype.as_datatype_enum for output in signature.outputs}, name
 
 
-def test_predict_requests_return_the_translations(server, export_translator, keras_reference):
-    translations, scores = translate(server, SENTENCES)
-    expected = export_translator.translate_lines(SENTENCES)
-    assert translations == expected and all(translations)
-    np.testing.assert_allclose(scores, keras_reference["score"], rtol=1e-5)
-    ids = server.predict(predict_request("tiny", {"source_ids": keras_reference["source_ids"]},
+@pytest.mark.parametrize("rows", [[2], [0, 5, 7], list(range(len(SENTENCES)))])
+def test_predict_requests_equal_the_graphs_beam_search(server, shortlist_translator, reference,
+                                                      rows):
+    """1 and 3 sentences run compiled (XLA), 10 (above batch 4) by two graph beam searches."""
+    lines = [SENTENCES[i] for i in rows]
+    translations, scores = translate(server, lines)
+    assert translations == shortlist_translator.translate_lines(lines) and all(translations)
+    np.testing.assert_allclose(scores, reference["score"][rows], rtol=1e-5)
+    ids = server.predict(predict_request("tiny", {"source_ids": reference["source_ids"][rows]},
                                          "translate_ids"))
-    np.testing.assert_array_equal(tf.make_ndarray(ids.outputs["target_ids"]),
-                                  keras_reference["target_ids"])
+    target = tf.make_ndarray(ids.outputs["target_ids"])
+    expected = reference["target_ids"][rows]
+    if len(rows) == len(SENTENCES):  # the reference's own batch: its width too
+        assert target.shape == expected.shape
+    width = max(target.shape[1], expected.shape[1])
+    np.testing.assert_array_equal(np.pad(target, [[0, 0], [0, width - target.shape[1]]]),
+                                  np.pad(expected, [[0, 0], [0, width - expected.shape[1]]]))
 
 
-def test_bad_input_is_served_without_error(server, export_translator):
+def test_bad_input_is_served_without_error(server, shortlist_translator):
     lines = ["", "  \t  ", "fish " * 2000, b"\xc3\x28 \xff bird", "bird"]
     translations, scores = translate(server, lines)
     assert translations[:2] == ["", ""] and scores[:2] == [0.0, 0.0]
     assert len(lines[2]) == 10_000 and translations[2]  # cut to 40 tokens and translated
     assert translations[4] == translate(server, ["bird"])[0][0]
     batch = (SENTENCES * 7)[:64]
-    assert translate(server, batch)[0] == export_translator.translate_lines(batch)
+    assert translate(server, batch)[0] == shortlist_translator.translate_lines(batch)
 
 
 def test_rest_payload_is_columnar():
@@ -144,7 +174,7 @@ def refusal(server: SessionServer, name: str, inputs: dict[str, np.ndarray]) -> 
 
 
 def test_inputs_of_the_wrong_rank_are_refused_naming_the_input(server, onnx_dir,
-                                                               export_translator):
+                                                               shortlist_translator):
     """The session runs the graph as TF Serving does, without the Python client's check of a
     fed value's shape against its placeholder's: the graph checks the rank itself."""
     from export.onnx_runtime import OnnxTranslator
@@ -160,7 +190,7 @@ def test_inputs_of_the_wrong_rank_are_refused_naming_the_input(server, onnx_dir,
         with pytest.raises(Exception, match=r"Invalid rank for input: source_ids Got: \d "
                                             r"Expected: 2"):
             OnnxTranslator(onnx_dir).translate_ids(value)
-    assert translate(server, SENTENCES)[0] == export_translator.translate_lines(SENTENCES)
+    assert translate(server, SENTENCES)[0] == shortlist_translator.translate_lines(SENTENCES)
 
 
 @pytest.mark.parametrize("name", list(SIGNATURES))
@@ -177,26 +207,32 @@ def test_every_signature_refuses_each_input_of_another_rank_naming_it(server, na
                 f"{wrong.ndim}]"), (name, expected.name)
 
 
-def test_translate_ids_ignores_the_batchers_padding(server, onnx_dir, keras_reference):
+def test_translate_ids_ignores_the_batchers_padding(server, onnx_dir, reference):
     """TF Serving's batcher (pad_variable_length_inputs) merges requests of different lengths
-    by padding each along time with its own first element, not with PAD."""
+    by padding each along time with its own first element, not with PAD: 3 requests merged
+    (one compiled search) and 10 (two graph searches) translate as each alone."""
     from export.onnx_runtime import OnnxTranslator
 
-    requests = [row[None, :np.count_nonzero(row)] for row in keras_reference["source_ids"]]
-    width = max(request.shape[1] for request in requests)
-    merged = np.concatenate([np.pad(request, [[0, 0], [0, width - request.shape[1]]],
-                                    constant_values=request.flat[0]) for request in requests])
-    assert (merged != 0).all()  # no PAD anywhere: the first ids fill the tails
+    requests = [row[None, :np.count_nonzero(row)] for row in reference["source_ids"]]
     alone = [ids_request(server, request) for request in requests]
-    for answer in (ids_request(server, merged), OnnxTranslator(onnx_dir).translate_ids(merged)):
-        for row, single in enumerate(alone):
-            target = answer["target_ids"][row]
-            np.testing.assert_array_equal(target[target != 0], single["target_ids"][0][
-                single["target_ids"][0] != 0])
-            np.testing.assert_allclose(answer["score"][row], single["score"][0], rtol=1e-4)
+    for count in (3, len(requests)):
+        width = max(request.shape[1] for request in requests[:count])
+        merged = np.concatenate([np.pad(request, [[0, 0], [0, width - request.shape[1]]],
+                                        constant_values=request.flat[0])
+                                 for request in requests[:count]])
+        assert (merged != 0).all()  # no PAD anywhere: the first ids fill the tails
+        for answer in (ids_request(server, merged),
+                       OnnxTranslator(onnx_dir).translate_ids(merged)):
+            for row, single in enumerate(alone[:count]):
+                target = answer["target_ids"][row]
+                np.testing.assert_array_equal(target[target != 0], single["target_ids"][0][
+                    single["target_ids"][0] != 0])
+                np.testing.assert_allclose(answer["score"][row], single["score"][0], rtol=1e-4)
 
 
 def test_the_nbest_signature_lists_the_beam_best_first(server):
+    """11 lines (above batch 4: two graph searches, whose parts' n-best lists are one
+    search's: tests/test_parallel_search.py)."""
     lines = SENTENCES + [""]
     response = server.predict(predict_request("tiny", {"text": np.array(lines, object)},
                                               "translate_nbest"))
@@ -217,6 +253,7 @@ def prefix_request(server: SessionServer, lines, prefixes) -> tuple[list[str], l
 
 
 def test_the_prefix_signature_forces_each_translation_to_begin_with_its_prefix(server):
+    """11 lines (two graph searches), and one."""
     lines = SENTENCES + [""]
     assert prefix_request(server, lines, [""] * len(lines)) == translate(server, lines)
     prefixes = ["river", "", "stone stone", "été"] + [""] * (len(lines) - 4)
@@ -225,6 +262,7 @@ def test_the_prefix_signature_forces_each_translation_to_begin_with_its_prefix(s
     assert all(text.startswith(prefix) for text, prefix in zip(forced, prefixes))
     assert forced[0] != best[0] and (forced[1], scores[1]) == (best[1], best_scores[1])
     assert forced[4:] == best[4:]
+    np.testing.assert_allclose(scores[4:], best_scores[4:], rtol=1e-5)
     long_prefix = " ".join(["stone"] * 60)  # more pieces than "bird" may have (length + 50)
     (cut,), _ = prefix_request(server, ["bird"], [long_prefix])
     assert cut and long_prefix.startswith(cut) and len(cut) < len(long_prefix)
@@ -233,12 +271,14 @@ def test_the_prefix_signature_forces_each_translation_to_begin_with_its_prefix(s
         prefix_request(server, lines, prefixes[:2])
 
 
-def test_the_align_signatures_give_each_translations_word_alignment(server,
-                                                                      saved_model_translator):
+def test_the_align_signatures_give_each_translations_word_alignment(server, shortlist_export):
     """translate_aligned: `translate`'s outputs and the alignment in one request; `align` gives
     the same alignment for a line and its translation."""
+    from export.saved_model import SavedModelTranslator
+
     lines = SENTENCES + [""]
-    expected = saved_model_translator.aligned_lines(lines)  # tf.saved_model.load's signature
+    expected = SavedModelTranslator(shortlist_export.saved_model).aligned_lines(
+        lines)  # tf.saved_model.load's signature
     response = server.predict(predict_request("tiny", {"text": np.array(lines, object)},
                                               "translate_aligned"))
     assert parse_response(response) == translate(server, lines)

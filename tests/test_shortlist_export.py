@@ -1,27 +1,23 @@
 """Exports that carry a lexical shortlist (conftest's shortlist_export: every format, the
-SavedModel with XLA up to batch 4 beside its graph search): TF Serving's contract and op audit,
-batch invariance in TensorFlow and ONNX Runtime, CTranslate2's vocabulary mapping (the union
-of a batch), forced prefixes and terms outside the shortlist, and --no-shortlist."""
+SavedModel with XLA up to batch 4 beside its graph search, two graph searches side by side
+above): its op audit, warm-up requests and metadata, batch invariance in TensorFlow and ONNX
+Runtime, CTranslate2's vocabulary mapping (the union of a batch), forced prefixes and terms
+outside the shortlist, and --no-shortlist. TF Serving serves it in tests/test_serving.py."""
 import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
 from export.ct2_runtime import VMAP_NAME, CTranslate2Translator
+from export.metadata import saved_model_metadata
 from export.onnx_runtime import OnnxTranslator
-from export.saved_model import SavedModelTranslator, switch_session_shortlist
-from export.translator.signatures import SIGNATURES
+from export.saved_model import WARMUP_FILE, SavedModelTranslator, switch_session_shortlist
 from export_helpers import SENTENCES, source_ids
+from keras_transformer.compiled_search import bucket_sources
 from keras_transformer.shortlist_table import ShortlistTable
 from op_audit import compiled_functions, op_audit, serving_registry_problems
 from pipelines.paths import RunPaths
 from test_batch_invariance import batches
-from test_serving import SessionServer
-from test_serving import test_every_signature_refuses_each_input_of_another_rank_naming_it \
-    as refuses_other_ranks
-from test_serving import test_the_prefix_signature_forces_each_translation_to_begin_with_its_prefix \
-    as forces_prefixes
-from test_serving import test_the_session_loader_serves_the_tables_signatures as serves_signatures
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +51,8 @@ def test_the_summary_and_metadata_name_the_shortlist(shortlist_export, shortlist
 
 
 def test_the_shortlisted_saved_model_passes_the_op_audit(version):
+    """Core TF ops, TF Serving's TF Text ops and XLA's one write (the compiled search, marked
+    for XLA); the shortlist's ops."""
     ops, not_core, allowed = op_audit(version)
     assert set(not_core) <= allowed | {"XlaDynamicUpdateSlice"}, \
         sorted(set(not_core) - allowed - {"XlaDynamicUpdateSlice"})
@@ -63,17 +61,26 @@ def test_the_shortlisted_saved_model_passes_the_op_audit(version):
     assert serving_registry_problems(version) == []  # TF Serving's TensorFlow loads it
 
 
-def test_tf_serving_serves_the_shortlisted_contract(version):
-    server = SessionServer(version)
-    serves_signatures(server)
-    for name in SIGNATURES:
-        refuses_other_ranks(server, name)
-    forces_prefixes(server)
+def test_warmup_compiles_each_source_width_and_metadata_says_xla(shortlist_export, version,
+                                                                 export_translator):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    records = tf.data.TFRecordDataset(str(version / "assets.extra" / WARMUP_FILE))
+    requests = [prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log.request
+                for r in records]
+    widths = [tf.make_ndarray(r.inputs["source_ids"]).shape for r in requests[-3:]]
+    assert widths == [ids.shape for ids in bucket_sources(40)] == [(1, 16), (1, 32), (1, 48)]
+    assert saved_model_metadata(version).xla_max_batch == 4
+    assert saved_model_metadata(version).parallel_searches == 2
+    assert saved_model_metadata(version).settings == export_translator.settings
+    assert ("; XLA up to batch 4: serve with --xla_cpu_compilation_enabled=true; 2 searches "
+            "side by side: serve with --tensorflow_intra_op_parallelism=1)") in \
+        shortlist_export.format()
 
 
 def test_a_lines_translation_and_score_do_not_depend_on_its_batch(shortlisted, shortlist_export,
                                                                   export_translator, table):
-    """TensorFlow (batches up to 4 through XLA, larger ones through the graph's search) and
+    """TensorFlow (batches up to 4 through XLA, larger ones through the graph's two searches) and
     ONNX Runtime: a line alone and among companions with other shortlists; its translation
     holds only its own candidates, and the shortlist changed some translation."""
     proto = export_translator.spm_model_proto

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from keras_transformer import ModelConfig, Transformer
 from keras_transformer.losses import label_smoothed_cross_entropy
+from keras_transformer.schedules import FusedAdam
 
 VOCAB = 40
 SOURCE = np.array([[5, 9, 12, 7, 3, 0, 0], [8, 4, 3, 0, 0, 0, 0], [6, 6, 7, 8, 9, 10, 3]])
@@ -94,7 +95,7 @@ def test_mixed_precision_policy_is_restored_on_load(tmp_path, bfloat16_runs):
 @pytest.mark.slow
 def test_tiny_model_overfits_a_small_batch():
     model = make_model()
-    optimizer = keras.optimizers.Adam(3e-3)
+    optimizer = FusedAdam(3e-3)  # training's Adam: its update traces in half the time of Keras's
     source, target = tf.constant(SOURCE), tf.constant(TARGET)
 
     @tf.function

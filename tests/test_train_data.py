@@ -1,6 +1,9 @@
 """pipelines/training/train_data.py: the token budget checked against the replicas that split
-it, and the corpora of a run mixed by their weights (each worker's share too)."""
+it, the corpora of a run mixed by their weights (each worker's share too), and the batches'
+iterator deleted in a thread of its own."""
 import json
+import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +16,7 @@ from pipelines.config import load_config
 from pipelines.corpus.shards import (DEFAULT_CORPUS, CorpusShards, shard_stems, train_corpora,
                                      write_manifest)
 from pipelines.corpus.tags import tagged
-from pipelines.training.train_data import check_batch_tokens, train_dataset_fn
+from pipelines.training.train_data import Batches, check_batch_tokens, train_dataset_fn
 from tiny_run import make_tiny_run
 
 
@@ -24,6 +27,22 @@ def test_the_budget_must_hold_a_longest_pair_in_every_replica(tmp_path: Path) ->
                        r"each of 9 replica\(s\) holds a pair of data.max_length \(40\) tokens "
                        r"padded to its length bucket \(9 x 40\), got 320$"):
         check_batch_tokens(config, replicas=9)
+
+
+def test_the_batches_iterator_is_deleted_in_a_thread_of_its_own() -> None:
+    """`close()` leaves the run nothing to wait for: TensorFlow's deletion of the iterator
+    (which can wait seconds for tf.data's autotuning thread) runs in the thread `close` starts,
+    which holds its only reference."""
+    batches = Batches(tf.data.Dataset.range(3).prefetch(tf.data.AUTOTUNE))
+    assert [int(next(batches)) for _ in range(2)] == [0, 1]
+    deleted_in = []
+    iterator = weakref.ref(vars(batches)["_iterator"],
+                           lambda _: deleted_in.append(threading.current_thread().name))
+    batches.close()
+    for thread in threading.enumerate():
+        if thread.name == "deleting the train batches' iterator":
+            thread.join()
+    assert iterator() is None and deleted_in == ["deleting the train batches' iterator"]
 
 
 WEIGHTS = (5.0, 3.0, 2.0)  # of corpora a, b and bt (tagged <bt>)

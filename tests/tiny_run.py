@@ -136,15 +136,11 @@ def dataset_fn(batches: list[dict[str, np.ndarray]]):
     import tensorflow as tf
 
     spec = tf.TensorSpec([None, None], tf.int32)
-    # No tf.data autotuning: the end of a run would wait for its thread (`keep_iterators`);
-    # without a distributed wrapper's own (the default strategy) that wait is gone.
-    options = tf.data.Options()
-    options.autotune.enabled = False
 
     def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
         return tf.data.Dataset.from_generator(
             lambda: iter(batches), output_signature={"source_ids": spec, "target_ids": spec}
-        ).repeat().with_options(options)
+        ).repeat()
 
     return make
 
@@ -184,34 +180,6 @@ def overflow_replica_1_at(update: int) -> None:
         return loss, [tf.convert_to_tensor(g) * tf.cast(factor, g.dtype) for g in grads]
 
     Trainer._batch_gradients = overflowing
-
-
-# Iterators of distributed datasets kept alive by `keep_iterators`, until os._exit.
-KEPT_ITERATORS: list = []
-
-
-class _KeptIterators:
-    """A distributed dataset whose iterators are kept in KEPT_ITERATORS."""
-
-    def __init__(self, dataset) -> None:
-        self.dataset = dataset
-
-    def __iter__(self):
-        iterator = iter(self.dataset)
-        KEPT_ITERATORS.append(iterator)
-        return iterator
-
-    def __getattr__(self, name: str):
-        return getattr(self.dataset, name)
-
-
-def keep_iterators(run) -> None:
-    """Keeps the iterators of `run`'s (a TrainingRun's) dataset alive for a subprocess
-    script that ends with os._exit: the destructor of a distributed dataset's iterator waits
-    for its tf.data autotuning thread to wake, at 10 ms x (2^k - 1) of the iterator's age
-    (5.1 s, 10.2 s, 20.5 s, 41 s...), so the end of a run would otherwise idle up to its own
-    length again (measured in tests/replicas_script.py: runs of 11 s took 20.5 s)."""
-    run.dataset = _KeptIterators(run.dataset)
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -52,7 +52,8 @@ from pipelines.training.strategy import (any_worker, check_same_step_as_chief, c
 from pipelines.training.interruption import (Preempted, PreemptionSignals, preempted_line,
                                              worker_lost)
 from pipelines.training.tensorboard import write_scalars
-from pipelines.training.train_data import DatasetFn, check_batch_tokens, train_dataset_fn
+from pipelines.training.train_data import (Batches, DatasetFn, check_batch_tokens,
+                                            train_dataset_fn)
 from pipelines.training.train_report import Mix, TrainSummary, Window
 from pipelines.training.trainer import Trainer
 from pipelines.training.validation import Validator
@@ -164,13 +165,14 @@ class TrainingRun:
                 update in flight (`pipelines.training.interruption`).
             WorkerLost: another worker died or stopped answering (multi-worker only).
         """
+        batches = Batches(self.dataset)
         try:
             self.progress.message(f"dtype {self.trainer.dtype_reason}")
             if self.size_choice is not None:
                 self.progress.message(f"model size {self.size_choice.size} (preset auto): "
                                       f"{self.size_choice.reason}")
             with PreemptionSignals() as self.signals:
-                return self._run()
+                return self._run(batches)
         except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
             if not is_multi_worker(self.strategy):
                 raise
@@ -178,9 +180,10 @@ class TrainingRun:
                               self.step, self.saver.latest,
                               self.settings.worker_timeout_minutes) from None
         finally:
+            batches.close()
             self.progress.close()
 
-    def _run(self) -> TrainSummary:
+    def _run(self, batches: Batches) -> TrainSummary:
         for damage in self.saver.damage:
             self.progress.message(damage)
         if self.init_from and not self.start_step:
@@ -190,7 +193,6 @@ class TrainingRun:
             self.progress.message(f"resumed from {self.saver.latest} at step "
                                   f"{self.start_step:,} ({self.clock.elapsed() / 60:.1f} min "
                                   f"spent)")
-        iterator = iter(self.dataset)
         window, overall = Window(), Window()
         step, loss = self.start_step, math.nan
         problem = self.clock.first_update_problem()
@@ -202,15 +204,15 @@ class TrainingRun:
             self.progress.message(problem or "another worker's budget is spent")
         while step < self.recipe.steps and not out_of_time:
             step_started = time.monotonic()
-            batches = tuple(next(iterator) for _ in range(self.settings.accumulate_steps))
-            self._log_compilations(batches)
-            step_loss, tokens, finite = self.trainer.train_step(batches)
+            update = tuple(next(batches) for _ in range(self.settings.accumulate_steps))
+            self._log_compilations(update)
+            step_loss, tokens, finite = self.trainer.train_step(update)
             step_loss, tokens = float(step_loss), float(tokens)
             if not self._applied(step, step_loss, bool(finite)):
                 continue
             if self.mix:  # the pairs of applied updates only
                 self.mix.add(np.concatenate([
-                    local.numpy() for batch in batches
+                    local.numpy() for batch in update
                     for local in self.strategy.experimental_local_results(batch["corpus"])]))
             seconds = time.monotonic() - step_started
             window.add(step_loss, tokens, seconds)

@@ -47,9 +47,10 @@ from pipelines.corpus.prepare import PrepareSummary, prepare  # noqa: E402
 SLOWEST_FILES = (  # tests/test_suite_order.py checks the names
     "test_export.py", "test_multilingual.py", "test_ensemble.py", "test_distributed.py",
     "test_train.py",
-    "test_serving.py", "test_budget.py", "test_run.py", "test_faults.py", "test_terminology.py",
+    "test_serving.py", "test_run.py", "test_faults.py", "test_terminology.py",
     "test_saved_model.py", "test_model.py", "test_translate.py",
-    "test_data.py", "test_noise.py", "test_fine_tune.py", "test_onnx.py", "test_static_search.py",
+    "test_data.py", "test_noise.py", "test_fine_tune.py", "test_budget.py", "test_onnx.py",
+    "test_static_search.py",
     "test_model_size.py", "test_guided_alignment.py", "test_best_checkpoints.py",
     "test_prepare.py", "test_translator.py", "test_sources.py")
 

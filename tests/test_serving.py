@@ -26,8 +26,9 @@ class SessionServer:
         self.graph = tf.Graph()
         self.session = tf.compat.v1.Session(graph=self.graph)
         with self.graph.as_default():
-            meta_graph = tf.compat.v1.saved_model.loader.load(self.session, ["serve"], str(path))
-        self.signatures = meta_graph.signature_def
+            self.meta_graph = tf.compat.v1.saved_model.loader.load(self.session, ["serve"],
+                                                                   str(path))
+        self.signatures = self.meta_graph.signature_def
 
     def predict(self, request: predict_pb2.PredictRequest) -> predict_pb2.PredictResponse:
         signature = self.signatures[request.model_spec.signature_name or "serving_default"]

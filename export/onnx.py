@@ -29,7 +29,10 @@ tokenizer's graph, model.onnx and the detokenizer's graph (`onnx.compose`). Opse
 * only the optimizers that can change these graphs run (`OPTIMIZERS`), and an optimizer that
   fails fails the export: tf2onnx's default copies the whole graph before each optimizer to
   skip one that fails, a cost that grows with the nested Loops (docs/decoding-speed.md,
-  "ONNX Runtime: the graph rewrites and the session options");
+  "ONNX Runtime: the graph rewrites and the session options"); and the graph's protobufs are
+  written once, when the model is made, not after each optimizer of each pass as tf2onnx's
+  `optimize_graph` does (each time every Loop body again: a third of the ONNX export's time,
+  the same nodes and weights out: `_optimized`);
 * its back-to-back optimizer is left out: it merges two Reshapes even when its reshape
   optimizer has written a 0 ("copy the input's dimension") into the second shape, which breaks
   attention's split into heads once a zero bias has been folded away (an untrained model).
@@ -159,10 +162,28 @@ def convert(function: tf.types.experimental.PolymorphicFunction, metadata: dict[
                 output_names=outputs, continue_on_error=False,
                 tensors_to_rename=tf2onnx.convert.tensor_names_from_structed(concrete, inputs,
                                                                             outputs))
-    graph = optimizer.optimize_graph(graph, catch_errors=False, optimizers=OPTIMIZERS)
-    model = graph.make_model(f"converted from {concrete.name}")
+    graph = _optimized(graph)
+    model = graph.make_model(f"converted from {concrete.name}")  # writes the protobufs
     hoist_loop_invariants(model)
     sink_initializers(model)
     fuse_layer_norms(model)
     onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})
     return model
+
+
+def _optimized(graph: tf2onnx.graph.Graph) -> tf2onnx.graph.Graph:
+    """tf2onnx's `optimize_graph(graph, catch_errors=False, optimizers=OPTIMIZERS)`: passes of
+    every optimizer in turn, unused nodes deleted after each, until a pass changes nothing;
+    without its protobuf update after each optimizer (`make_model` writes them)."""
+    changed, iteration = True, 0
+    while changed:
+        changed = False
+        for factory in OPTIMIZERS.values():
+            pass_ = factory()
+            pass_.opt_iteration = iteration
+            graph = pass_._optimize(graph)
+            graph.delete_unused_nodes(graph.outputs)
+            changed = changed or pass_.graph_been_opt
+        iteration += 1
+    graph.topological_sort(graph.get_nodes())
+    return graph

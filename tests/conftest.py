@@ -31,6 +31,10 @@ import pytest
 # The CLI's default (pipelines/cli.py), which TensorFlow reads once, on importing (below): the CLI
 # run in this process logs as it does for a user, however pytest was started.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# CTranslate2's OpenMP threads (libgomp, which reads this once it loads) sleep between parallel
+# regions instead of spinning, in this process and its subprocesses: the suite's workers share
+# the cores, where spinning took most of CTranslate2's CPU time (docs/decoding-speed.md).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from pipelines.config import load_config  # noqa: E402 (after the environment is set)
 from pipelines.corpus.prepare import PrepareSummary, prepare  # noqa: E402
@@ -199,6 +203,17 @@ def export_translator(export_config: Path):
 
 
 @pytest.fixture(scope="session")
+def greedy_translator(export_translator):
+    """export_translator's model decoding greedily (beam 1, sources cut to 40 tokens), in this
+    process: each of its functions traced once per process (about 3 CPU-s a function)."""
+    from export.translator import Translator
+    from keras_transformer.decoding_settings import DecodingSettings
+
+    return Translator(export_translator.model, export_translator.spm_model_proto,
+                      DecodingSettings(beam_size=1, max_source_length=40))
+
+
+@pytest.fixture(scope="session")
 def keras_reference(export_translator, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The test sentences' source ids, and best target ids and scores of eager (Keras-level)
     beam search with beam 4: what every export must reproduce. Searched once per test run
@@ -236,9 +251,10 @@ CORPUS_TAG = "<bt>"  # and a corpus tag, also a user symbol of its vocabulary
 @pytest.fixture(scope="session")
 def multilingual_export(tmp_path_factory: pytest.TempPathFactory):
     """`export_run` of a multilingual run: an untrained tiny model whose vocabulary holds the
-    language tokens <2fr> and <2de> and the corpus tag <bt> (user symbols), decoding greedily (evaluate.beam_size 1,
-    so that CTranslate2's search is the graphs'): a SavedModel version, the ONNX and
-    CTranslate2 models (about 45 s)."""
+    language tokens <2fr> and <2de> and the corpus tag <bt> (user symbols), decoding greedily
+    (evaluate.beam_size 1, so that CTranslate2's search is the graphs'): a SavedModel version,
+    the ONNX and CTranslate2 models (about 35 CPU-s). Two layers a side: untrained, one layer
+    a side translates these lines to nothing (seeds 0, 2, 3) or some of them (seed 1)."""
     import yaml
 
     from export.translator import Translator

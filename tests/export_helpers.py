@@ -77,8 +77,9 @@ def make_model(model_proto: bytes, steps: int = 0, seed: int = 0,
 
 
 def write_run(directory: Path, translator: Translator) -> Path:
-    """A run of `translator` (from `make_model`) under directory/run: vocab/spm.model,
-    checkpoints/averaged/ckpt, data/dev.src (the warm-up sentences); returns its config."""
+    """A run of `translator` (from `make_model`: the tiny preset, its depth in the config)
+    under directory/run: vocab/spm.model, checkpoints/averaged/ckpt, data/dev.src (the
+    warm-up sentences); returns its config."""
     run = directory / "run"
     (run / "vocab").mkdir(parents=True)
     (run / "vocab" / "spm.model").write_bytes(translator.spm_model_proto)
@@ -91,7 +92,9 @@ def write_run(directory: Path, translator: Translator) -> Path:
     config = {"name": "tiny", "run_dir": str(run),
               "data": {"source": "files", "train": train_split, "max_length": 40},
               "model": {"preset": "tiny", "dropout": 0.0, "max_length": MAX_LENGTH,
-                        "dtype": "float32"},
+                        "dtype": "float32",
+                        "num_encoder_layers": translator.model.model_config.num_encoder_layers,
+                        "num_decoder_layers": translator.model.model_config.num_decoder_layers},
               "train": {"batch_tokens": 320}}
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -23,10 +23,9 @@ MARKUP = ['<b>sun</b> moon <i>star</i>', '<p>the <a href="x>y">river</a> and the
 
 
 @pytest.fixture(scope="module")
-def ct2_model(export_translator, tmp_path_factory):
-    """The shared translator's float32 CTranslate2 model directory."""
-    return export_ctranslate2(export_translator, tmp_path_factory.mktemp("ct2"),
-                              ("float32",))["float32"]
+def ct2_model(exported):
+    """The shared export's float32 CTranslate2 model directory (export_translator's model)."""
+    return exported.ctranslate2 / "float32"
 
 
 def test_pieces_are_merged_into_words_alike_in_the_graph_and_in_python(export_translator):

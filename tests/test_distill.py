@@ -148,7 +148,9 @@ def test_a_corpus_tag_the_teachers_vocabulary_lacks_is_refused(teacher: Path,
 
 def test_an_ensemble_of_two_copies_distills_as_the_teacher(teacher: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
-    shutil.copytree(teacher, copy, ignore=shutil.ignore_patterns("checkpoints"))
+    shutil.copytree(teacher, copy, ignore=shutil.ignore_patterns("checkpoints", "saved_model"))
+    # its SavedModel the teacher's files, loaded once (conftest's saved_models_loaded_once)
+    (copy / "export" / "saved_model").symlink_to(teacher / "export" / "saved_model")
     summary = prepare(load_config(student_config(tmp_path, [str(teacher), str(copy)])))
     [(source, target)] = train_shards(RunPaths(tmp_path / "student").data)
     sources = source.read_text(encoding="utf-8").splitlines()

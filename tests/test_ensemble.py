@@ -23,6 +23,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.translate import decode_hypotheses
 from pipelines.cli import main
 from pipelines.config import load_config
+from tiny_run import ONE_LAYER_A_SIDE
 
 # Short outputs: an untrained model writes up to its limit.
 SETTINGS = DecodingSettings(beam_size=3, extra_length=6)
@@ -41,8 +42,9 @@ def other_spm_model(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 @pytest.fixture(scope="module")
 def untrained(spm_model: bytes):
-    """An untrained tiny model and the test sentences' source ids for it."""
-    return make_model(spm_model), tf.constant(source_ids(spm_model, SENTENCES[:6]))
+    """An untrained tiny model (one layer a side) and the test sentences' source ids for it."""
+    return (make_model(spm_model, **ONE_LAYER_A_SIDE),
+            tf.constant(source_ids(spm_model, SENTENCES[:6])))
 
 
 def test_two_copies_of_a_model_search_as_the_model(untrained):

@@ -6,10 +6,8 @@ import pytest
 import tensorflow as tf
 
 from export.ct2_runtime import CTranslate2Translator
-from export.translator import Translator
 from export_helpers import SENTENCES
-from keras_transformer.decoding_settings import (DecodingSettings, DecodingSettingsError,
-                                                 SamplingSettings)
+from keras_transformer.decoding_settings import DecodingSettingsError, SamplingSettings
 from keras_transformer.sampling import Sampling, filtered_logits
 from pipelines.cli import main
 from test_faults import cli_error
@@ -42,7 +40,7 @@ def test_top_k_top_p_and_temperature_keep_the_tokens_they_should():
 
 
 def test_draws_repeat_for_a_seed_in_any_batch_and_top_k_1_is_greedy(saved_model_translator,
-                                                                     export_translator):
+                                                                     greedy_translator):
     translator = saved_model_translator
     settings = SamplingSettings(top_k=0, temperature=1.5, seed=11)
     drawn = translator.sampled_lines(LINES, settings, batch_size=4)
@@ -54,20 +52,16 @@ def test_draws_repeat_for_a_seed_in_any_batch_and_top_k_1_is_greedy(saved_model_
     assert [text for text, _ in other] != [text for text, _ in drawn]
     assert drawn[-1] == ("", 0.0)
     assert all(score < 0 for _, score in drawn[:-1])
-    greedy = Translator(export_translator.model, export_translator.spm_model_proto,
-                        DecodingSettings(beam_size=1, max_source_length=40))
     top_1 = translator.sampled_lines(LINES, SamplingSettings(top_k=1))
-    expected = greedy.scored_lines(LINES)
+    expected = greedy_translator.scored_lines(LINES)
     assert [text for text, _ in top_1] == [text for text, _ in expected]
     np.testing.assert_allclose([s for _, s in top_1], [s for _, s in expected], atol=1e-5)
 
 
-def test_ctranslate2_samples_within_top_k(exported, export_translator):
+def test_ctranslate2_samples_within_top_k(exported, greedy_translator):
     translator = CTranslate2Translator(exported.ctranslate2)
-    greedy = Translator(export_translator.model, export_translator.spm_model_proto,
-                        DecodingSettings(beam_size=1, max_source_length=40))
     drawn = translator.sampled_lines(LINES, SamplingSettings(top_k=1, seed=3))
-    assert [text for text, _ in drawn] == greedy.translate_lines(LINES)
+    assert [text for text, _ in drawn] == greedy_translator.translate_lines(LINES)
     varied = translator.sampled_lines(LINES * 4, SamplingSettings(temperature=3.0))
     assert len({text for text, _ in varied}) > len(set(LINES))
     # a draw that ran to the model's 64 positions without EOS is scored, not an error

@@ -13,8 +13,10 @@ from tensorflow_serving.apis import predict_pb2
 
 from export.serving.client import parse_response, predict_request, rest_payload
 from export.translator.signatures import SIGNATURES
+from export.word_alignment import parse_alignment
 from export_helpers import SENTENCES, source_ids
 from keras_transformer.tokenizer import UNK_ID
+from test_terminology import whole_word
 
 
 class SessionServer:
@@ -24,8 +26,9 @@ class SessionServer:
         self.graph = tf.Graph()
         self.session = tf.compat.v1.Session(graph=self.graph)
         with self.graph.as_default():
-            meta_graph = tf.compat.v1.saved_model.loader.load(self.session, ["serve"], str(path))
-        self.signatures = meta_graph.signature_def
+            self.meta_graph = tf.compat.v1.saved_model.loader.load(self.session, ["serve"],
+                                                                   str(path))
+        self.signatures = self.meta_graph.signature_def
 
     def predict(self, request: predict_pb2.PredictRequest) -> predict_pb2.PredictResponse:
         signature = self.signatures[request.model_spec.signature_name or "serving_default"]
@@ -289,3 +292,42 @@ def test_the_align_signatures_give_each_translations_word_alignment(server, shor
         "target": np.array([text for text, _ in expected], object)}, "align"))
     assert [a.decode() for a in tf.make_ndarray(response.outputs["alignment"])] == alignments
     assert alignments[-1] == "" and all(alignments[:-1])
+
+
+def terms_request(server: SessionServer, lines, terms) -> dict[str, np.ndarray]:
+    response = server.predict(predict_request("tiny", {
+        "text": np.array(lines, object), "terms": np.array(terms, object).reshape(
+            len(terms), -1)}, "translate_terms"))
+    return {name: tf.make_ndarray(value) for name, value in response.outputs.items()}
+
+
+def test_the_terms_signature_puts_every_term_in_its_translation(server):
+    """translate_terms (tests/test_terminology.py: glossaries, `translate --glossary`)."""
+    lines = SENTENCES[:4] + ["bird", ""]
+    terms = [["river", "stone stone"], ["", ""], ["river", ""], ["cloud", ""],
+             [" ".join(["stone"] * 60), ""], ["", ""]]
+    served = terms_request(server, lines, terms)
+    translations = [text.decode() for text in served["translation"]]
+    plain = server.predict(predict_request("tiny", {"text": np.array(lines, object)}))
+    plain_text = [text.decode() for text in tf.make_ndarray(plain.outputs["translation"])]
+    for translation, line_terms in zip(translations[:4], terms):
+        assert all(whole_word(term, translation) for term in line_terms if term)
+    assert translations[0] != plain_text[0] and "river" not in plain_text[0]
+    assert translations[1] == plain_text[1]  # no term: as serving_default
+    np.testing.assert_allclose(served["score"][1], tf.make_ndarray(plain.outputs["score"])[1],
+                               rtol=1e-5)
+    assert served["terms_fit"].tolist() == [True] * 4 + [False, True]  # 60 pieces > 1 + 50
+    assert served["term_found"][:4].all() and not served["term_found"][4, 0]
+    assert translations[4] == plain_text[4] and (translations[5], served["score"][5]) == ("", 0)
+    aligned = server.predict(predict_request("tiny", {"text": np.array(lines, object)},
+                                             "translate_aligned"))
+    alignments = [pairs.decode() for pairs in served["alignment"]]
+    assert [alignments[i] for i in (1, 4, 5)] == [  # no term used: translate_aligned's
+        tf.make_ndarray(aligned.outputs["alignment"])[i].decode() for i in (1, 4, 5)]
+    assert [[t for _, t in parse_alignment(pairs)] for pairs in alignments[:4]] == [
+        list(range(len(text.split()))) for text in translations[:4]]  # every target word
+    no_terms = terms_request(server, lines[:2], np.zeros([2, 0], object))
+    assert [t.decode() for t in no_terms["translation"]] == plain_text[:2]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="text and terms need the same batch size"):
+        terms_request(server, lines[:2], [["river"]] * 3)

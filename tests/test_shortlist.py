@@ -122,12 +122,14 @@ def test_batch_candidates_are_the_union_and_each_row_its_own():
 
 @pytest.fixture(scope="module")
 def search_setup(tmp_path_factory: pytest.TempPathFactory):
-    """An untrained tiny model of export_helpers' 300-piece vocabulary, its sentences' source
-    ids, and a random shortlist of 3 candidates per piece and 6 frequent pieces."""
+    """An untrained tiny model (one layer a side: a trace or an XLA compile costs about 60% of
+    two layers') of export_helpers' 300-piece vocabulary, its sentences' source ids, and a
+    random shortlist of 3 candidates per piece and 6 frequent pieces."""
     from export_helpers import SENTENCES, make_model, source_ids, train_spm
+    from tiny_run import ONE_LAYER_A_SIDE
 
     model_proto = train_spm(tmp_path_factory.mktemp("search"))
-    model = make_model(model_proto, seed=3)
+    model = make_model(model_proto, seed=3, **ONE_LAYER_A_SIDE)
     vocab = model.model_config.vocab_size
     rng = np.random.default_rng(0)
     table = ShortlistTable(rng.integers(4, vocab, [vocab, STORED_PER_PIECE]).astype(np.int32),

@@ -18,6 +18,7 @@ from keras_transformer.shortlist_table import ShortlistTable
 from op_audit import compiled_functions, op_audit, serving_registry_problems
 from pipelines.paths import RunPaths
 from test_batch_invariance import batches
+from test_serving import SessionServer, translate
 
 pytestmark = pytest.mark.slow
 
@@ -166,34 +167,22 @@ def test_no_shortlist_searches_every_piece(version, shortlist_export, saved_mode
         OnnxTranslator(shortlist_export.onnx, shortlist=False)
 
 
-def test_the_session_loader_switches_the_shortlist(version, saved_model_dir,
+def test_the_session_loader_switches_the_shortlist(saved_model_server, saved_model_dir,
                                                    saved_model_translator):
-    """In TF1's session loader (TF Serving's), switched off: the translations of the same
-    model exported without a table; on again: the shortlisted ones. An export without a
-    shortlist has nothing to switch."""
-    def session_translate(path):
-        graph = tf.Graph()
-        session = tf.compat.v1.Session(graph=graph)
-        with graph.as_default():
-            meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(path))
-        signature = meta_graph.signature_def["serving_default"]
-
-        def translate() -> list[str]:
-            output = session.run(signature.outputs["translation"].name,
-                                 {signature.inputs["text"].name: SENTENCES})
-            return [text.decode() for text in output]
-
-        return session, meta_graph, translate
-
-    session, meta_graph, translate = session_translate(version)
-    shortlisted = translate()
-    assert switch_session_shortlist(session, meta_graph, False)
-    full = translate()
+    """In TF1's session loader (TF Serving's: conftest's saved_model_server, this export),
+    switched off: the translations of the same model exported without a table; on again: the
+    shortlisted ones. An export without a shortlist has nothing to switch."""
+    server = saved_model_server
+    shortlisted = translate(server, SENTENCES)[0]
+    assert switch_session_shortlist(server.session, server.meta_graph, False)
+    try:
+        full = translate(server, SENTENCES)[0]
+    finally:  # the server is the process's
+        assert switch_session_shortlist(server.session, server.meta_graph, True)
     assert full == saved_model_translator.translate(SENTENCES)["translation"] != shortlisted
-    assert switch_session_shortlist(session, meta_graph, True)
-    assert translate() == shortlisted
-    session, meta_graph, _ = session_translate(saved_model_dir)
-    assert not switch_session_shortlist(session, meta_graph, False)
+    assert translate(server, SENTENCES)[0] == shortlisted
+    plain = SessionServer(saved_model_dir)
+    assert not switch_session_shortlist(plain.session, plain.meta_graph, False)
 
 
 def test_translate_no_shortlist_through_the_cli(shortlist_export, tmp_path, capsys):

@@ -1,17 +1,13 @@
-"""Terminology constraints: glossaries checked and matched (export/glossary.py), the SavedModel's
-`translate_terms` signature as TF Serving runs it, and `translate --glossary`."""
+"""Terminology constraints: glossaries checked and matched (export/glossary.py) and
+`translate --glossary` (the SavedModel's `translate_terms` signature as TF Serving runs it:
+tests/test_serving.py)."""
 import re
 
-import numpy as np
 import pytest
-import tensorflow as tf
 
 from export.glossary import Glossary, GlossaryError
-from export.serving.client import predict_request
 from export.word_alignment import parse_alignment
-from export_helpers import SENTENCES
 from pipelines.cli import main
-from test_serving import SessionServer
 
 GLOSSARY = "bird\triver\nfish\tstone stone\nsun moon\tcloud\n"  # words the model would not say
 
@@ -44,51 +40,8 @@ def test_a_repeated_entry_is_one_entry(tmp_path):
     assert Glossary.read(tmp_path / "g.tsv").entries == {"a": "b"}
 
 
-@pytest.fixture(scope="module")
-def server(saved_model_server) -> SessionServer:
-    return saved_model_server
-
-
 def whole_word(term: str, text: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(term)}(?!\w)", text) is not None
-
-
-def terms_request(server: SessionServer, lines, terms) -> dict[str, np.ndarray]:
-    response = server.predict(predict_request("tiny", {
-        "text": np.array(lines, object), "terms": np.array(terms, object).reshape(
-            len(terms), -1)}, "translate_terms"))
-    return {name: tf.make_ndarray(value) for name, value in response.outputs.items()}
-
-
-def test_the_served_signature_puts_every_term_in_its_translation(server):
-    lines = SENTENCES[:4] + ["bird", ""]
-    terms = [["river", "stone stone"], ["", ""], ["river", ""], ["cloud", ""],
-             [" ".join(["stone"] * 60), ""], ["", ""]]
-    served = terms_request(server, lines, terms)
-    translations = [text.decode() for text in served["translation"]]
-    plain = server.predict(predict_request("tiny", {"text": np.array(lines, object)}))
-    plain_text = [text.decode() for text in tf.make_ndarray(plain.outputs["translation"])]
-    for translation, line_terms in zip(translations[:4], terms):
-        assert all(whole_word(term, translation) for term in line_terms if term)
-    assert translations[0] != plain_text[0] and "river" not in plain_text[0]
-    assert translations[1] == plain_text[1]  # no term: as serving_default
-    np.testing.assert_allclose(served["score"][1], tf.make_ndarray(plain.outputs["score"])[1],
-                               rtol=1e-5)
-    assert served["terms_fit"].tolist() == [True] * 4 + [False, True]  # 60 pieces > 1 + 50
-    assert served["term_found"][:4].all() and not served["term_found"][4, 0]
-    assert translations[4] == plain_text[4] and (translations[5], served["score"][5]) == ("", 0)
-    aligned = server.predict(predict_request("tiny", {"text": np.array(lines, object)},
-                                             "translate_aligned"))
-    alignments = [pairs.decode() for pairs in served["alignment"]]
-    assert [alignments[i] for i in (1, 4, 5)] == [  # no term used: translate_aligned's
-        tf.make_ndarray(aligned.outputs["alignment"])[i].decode() for i in (1, 4, 5)]
-    assert [[t for _, t in parse_alignment(pairs)] for pairs in alignments[:4]] == [
-        list(range(len(text.split()))) for text in translations[:4]]  # every target word
-    no_terms = terms_request(server, lines[:2], np.zeros([2, 0], object))
-    assert [t.decode() for t in no_terms["translation"]] == plain_text[:2]
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="text and terms need the same batch size"):
-        terms_request(server, lines[:2], [["river"]] * 3)
 
 
 def test_translate_with_a_glossary_uses_each_term_or_says_why_not(saved_model_dir, tmp_path,

@@ -1,5 +1,7 @@
 """keras_transformer/translate.py: decode_sources against the Translator and greedy search, and
 its limits (source cut, source length + 50, empty sources)."""
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,7 +19,15 @@ def graph_decode(model, source: np.ndarray, settings: DecodingSettings = Decodin
     """`decode_sources` traced into a graph, as the exports run it: eager, a search runs op by
     op, several times slower over the 50-64 steps these limits reach (test_equals_the_translator
     and the others decode eagerly)."""
-    return tf.function(lambda ids: decode_sources(model, ids, settings))(tf.constant(source))
+    return _graph_search(model, settings)(tf.constant(source, tf.int32))
+
+
+@functools.cache
+def _graph_search(model, settings: DecodingSettings):
+    """`decode_sources` of `model` with `settings` as a graph function of any batch and
+    source length, traced once (about 2 CPU-s a trace)."""
+    return tf.function(lambda ids: decode_sources(model, ids, settings),
+                       input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
 
 @pytest.fixture(scope="module")

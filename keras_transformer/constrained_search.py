@@ -259,6 +259,8 @@ def _candidates(state: ConstrainedState, log_probs: tf.Tensor,
     progress = tf.where((matched > length) | (length == 0), matched,  # met: stays met
                         tf.where((matched == length) & ends_word, length + 1,
                                  matched_after(matched, token, terms, lengths, overlaps)))
+    progress.set_shape(matched.shape)  # SelectV2's shape inference loses the rank here when
+    # the batch is static, which the loop's shape invariants refuse
     return Candidates(origin, token, log_prob, valid, progress)
 
 

@@ -16,8 +16,8 @@ VOCAB = 12
 
 def search(table: PrefixTable, cache: dict, max_lengths, terms, beam_size: int = 4,
            stop: str = "full"):
-    return constrained_beam_search(table.from_cache, cache, tf.constant(max_lengths, tf.int32),
-                                   tf.constant(terms, tf.int32), beam_size=beam_size,
+    return constrained_beam_search(table.from_cache, cache, tf.cast(max_lengths, tf.int32),
+                                   tf.cast(terms, tf.int32), beam_size=beam_size,
                                    bos_id=BOS, eos_id=EOS, pad_id=-1, stop=stop)
 
 
@@ -70,6 +70,25 @@ def test_multi_piece_terms_and_two_terms_per_sentence_all_appear():
                               terms[2:])
     np.testing.assert_array_equal(ids.numpy()[2, :, :unconstrained.shape[2]],
                                   unconstrained.numpy()[0])
+
+
+@pytest.mark.parametrize("static", [True, False], ids=["static", "unknown"])
+def test_in_a_graph_of_static_or_unknown_shapes_it_searches_as_eagerly(static):
+    """A tf.function's trace with the batch and term shapes known (a fixed-shape export) or
+    not gives the eager search's ids and scores."""
+    table = PrefixTable(seed=7, vocab=VOCAB, eos_boost=1.5)
+    cache = make_cache(VOCAB, batch=3, seed=4)
+    terms = tf.constant([[[4, 9, 2], [6, -1, -1]], [[11, 3, -1], [-1, -1, -1]],
+                         [[-1, -1, -1], [-1, -1, -1]]], tf.int32)
+    max_lengths = tf.constant([10, 10, 10], tf.int32)
+    eager_ids, eager_scores = search(table, cache, max_lengths, terms)
+    graph = tf.function(lambda max_lengths, terms: search(table, cache, max_lengths, terms),
+                        input_signature=[tf.TensorSpec([3] if static else [None], tf.int32),
+                                         tf.TensorSpec([3, 2, 3] if static else [None] * 3,
+                                                       tf.int32)])
+    ids, scores = graph(max_lengths, terms)
+    np.testing.assert_array_equal(ids.numpy(), eager_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), eager_scores.numpy(), rtol=1e-6)
 
 
 def test_terms_fill_the_length_limit_exactly_or_are_reported_missing():

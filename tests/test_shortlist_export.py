@@ -51,10 +51,10 @@ def test_the_summary_and_metadata_name_the_shortlist(shortlist_export, shortlist
     assert shortlisted.metadata.shortlist == (3, 20)
 
 
-def test_the_shortlisted_saved_model_passes_the_op_audit(version):
+def test_the_shortlisted_saved_model_passes_the_op_audit(version, plain_ops):
     """Core TF ops, TF Serving's TF Text ops and XLA's one write (the compiled search, marked
     for XLA); the shortlist's ops."""
-    ops, not_core, allowed = op_audit(version)
+    ops, not_core, allowed = op_audit(version, plain_ops)
     assert set(not_core) <= allowed | {"XlaDynamicUpdateSlice"}, \
         sorted(set(not_core) - allowed - {"XlaDynamicUpdateSlice"})
     assert {"XlaDynamicUpdateSlice", "ScatterNd", "Where"} <= ops

@@ -13,7 +13,8 @@ CTranslate2 model: float32).
 Without `runtime`, the first found of tf, onnx, ct2. A beam size other than the exported one
 rebuilds the SavedModel's weights into an in-process Translator; ONNX and CTranslate2 refuse it
 (re-export). A file of an export that is missing, truncated or corrupt is an ExportError naming
-it (a rebuild's spm.model is checked before the SavedModel loads). The ONNX runtime path imports no TensorFlow (see `export.onnx_runtime`).
+it (a rebuild's spm.model is checked before the SavedModel loads). The ONNX runtime path imports
+no TensorFlow (see `export.onnx_runtime`).
 
 An ensemble of exports (`translate --ensemble`: `keras_transformer.ensemble`) is built in
 process from their SavedModels (an ensemble export's members count one by one), with the first

@@ -13,7 +13,8 @@ CTranslate2 model: float32).
 Without `runtime`, the first found of tf, onnx, ct2. A beam size other than the exported one
 rebuilds the SavedModel's weights into an in-process Translator; ONNX and CTranslate2 refuse it
 (re-export). A file of an export that is missing, truncated or corrupt is an ExportError naming
-it. The ONNX runtime path imports no TensorFlow (see `export.onnx_runtime`).
+it (a rebuild's spm.model is checked before the SavedModel loads). The ONNX runtime path imports
+no TensorFlow (see `export.onnx_runtime`).
 
 An ensemble of exports (`translate --ensemble`: `keras_transformer.ensemble`) is built in
 process from their SavedModels (an ensemble export's members count one by one), with the first
@@ -120,10 +121,10 @@ def open_translator(path: Path, runtime: str | None = None,
                              f"beam_size: {beam_size} and re-export, or use --runtime tf")
         _check_onnx(directory / TRANSLATOR_FILE)
         return OnnxTranslator(directory, shortlist=shortlist)
-    translator = open_saved_model(directory, shortlist)
-    if beam_size in (None, translator.metadata.settings.beam_size):
-        return translator
-    return rebuild_translator(translator, beam_size=beam_size)
+    if beam_size in (None, saved_model_metadata(directory).settings.beam_size):
+        return open_saved_model(directory, shortlist)
+    _spm_model_proto(directory)  # the rebuild's tokenizer checked before the graph loads
+    return rebuild_translator(open_saved_model(directory, shortlist), beam_size=beam_size)
 
 
 def open_saved_model(version_dir: Path, shortlist: bool = True) -> SavedModelTranslator:

@@ -352,6 +352,19 @@ def saved_model_server(shortlist_export):
 
 
 @pytest.fixture(scope="session")
+def plain_ops(tmp_path_factory: pytest.TempPathFactory) -> frozenset[str]:
+    """The ops plain TensorFlow registers (tests/op_audit.py's `op_audit` reads them), listed
+    by a child process once per test run, not once per xdist worker (about 3.5 CPU-s)."""
+    from op_audit import plain_tensorflow_ops
+
+    def build(directory: Path) -> None:
+        (directory / "ops.pickle").write_bytes(pickle.dumps(plain_tensorflow_ops()))
+
+    directory = shared_directory(tmp_path_factory, "plain_ops", build)
+    return pickle.loads((directory / "ops.pickle").read_bytes())
+
+
+@pytest.fixture(scope="session")
 def saved_model_translator(saved_model_dir: Path):
     """The exported SavedModel loaded (about 4 s a load), once per process: tests only call it."""
     from export.saved_model import SavedModelTranslator

@@ -7,7 +7,6 @@ tensorflow-text installed (how the 2.20 one is checked, and remade for another r
 """
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
 import sys
@@ -37,24 +36,22 @@ def _graph(version_dir: Path):
     return saved.meta_graphs[0].graph_def
 
 
-def op_audit(version_dir: Path) -> tuple[set[str], list[str], set[str]]:
-    """(every op of the graph and its functions, those plain TensorFlow does not register,
-    the TF Text ops TF Serving ships)."""
+def op_audit(version_dir: Path, plain: frozenset[str]) -> tuple[set[str], list[str], set[str]]:
+    """(every op of the graph and its functions, those not in `plain` (the ops plain
+    TensorFlow registers: `plain_tensorflow_ops`), the TF Text ops TF Serving ships)."""
     graph = _graph(version_dir)
     ops = {node.op for node in graph.node}
     ops |= {node.op for function in graph.library.function for node in function.node_def}
-    plain = plain_tensorflow_ops()
     not_core = [name for name in sorted(ops) if name not in plain]
     allowed = {line.strip() for line in TEXT_OPS.read_text().splitlines()
                if line.strip() and not line.startswith("#")}
     return ops, not_core, allowed
 
 
-@functools.cache
 def plain_tensorflow_ops() -> frozenset[str]:
     """The ops plain TensorFlow registers, from a child process that imports it without
-    tensorflow-text (this one imported both), once per process: a TensorFlow start-up is
-    about 5 CPU-seconds."""
+    tensorflow-text (this one imported both): a TensorFlow start-up, about 3.5 CPU-s
+    (conftest.py's `plain_ops` lists them once per test run)."""
     return frozenset(json.loads(subprocess.run([sys.executable, "-c", PLAIN_OPS],
                                                capture_output=True, text=True,
                                                check=True).stdout))

@@ -228,7 +228,8 @@ def test_an_ensemble_export_of_two_copies_translates_as_the_model(ensemble_expor
 
 
 def test_the_ensembles_onnx_and_tf_serving_translate_as_the_model(ensemble_export, onnx_dir,
-                                                                  saved_model_translator):
+                                                                  saved_model_translator,
+                                                                  plain_ops):
     from export.onnx_runtime import OnnxTranslator
     from op_audit import op_audit, serving_registry_problems
     from test_serving import SessionServer, translate
@@ -237,7 +238,7 @@ def test_the_ensembles_onnx_and_tf_serving_translate_as_the_model(ensemble_expor
     expected = saved_model_translator.translate_lines(SENTENCES)
     assert OnnxTranslator(summary.onnx).translate_lines(SENTENCES) == expected
     assert OnnxTranslator(onnx_dir).translate_lines(SENTENCES) == expected
-    ops, not_core, allowed = op_audit(summary.saved_model)
+    ops, not_core, allowed = op_audit(summary.saved_model, plain_ops)
     assert set(not_core) <= allowed and serving_registry_problems(summary.saved_model) == []
     assert translate(SessionServer(summary.saved_model), SENTENCES)[0] == expected
 

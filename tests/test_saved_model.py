@@ -114,8 +114,8 @@ def test_signatures_take_and_give_what_the_table_says(loaded):
         assert not set(inputs) & set(outputs), name  # input and output names never coincide
 
 
-def test_ops_are_core_tf_or_tf_serving_text_ops(saved_model_dir):
-    ops, not_core, allowed = op_audit(saved_model_dir)
+def test_ops_are_core_tf_or_tf_serving_text_ops(saved_model_dir, plain_ops):
+    ops, not_core, allowed = op_audit(saved_model_dir, plain_ops)
     assert len(allowed) == 35
     assert {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp",
             "While"} <= ops

@@ -148,18 +148,28 @@ def graph_search(model, settings, shortlist: Shortlist | None):
                        autograph=False)
 
 
+@pytest.fixture(scope="module")
+def beam_3_search(search_setup):
+    """search_setup's model searching its shortlist with beam 3 (`graph_search`), traced once
+    for the tests that compare other searches with it (about 2 CPU-s a trace)."""
+    from keras_transformer.decoding_settings import DecodingSettings
+
+    model, _, shortlist = search_setup
+    return graph_search(model, DecodingSettings(beam_size=3), shortlist)
+
+
 def candidates_of(shortlist: Shortlist, row: np.ndarray) -> set[int]:
     return {*shortlist.table[row].ravel().tolist(), *row.tolist(), *shortlist.always.tolist()}
 
 
-def test_a_shortlisted_rows_translation_is_its_own_alone_and_among_companions(search_setup):
+def test_a_shortlisted_rows_translation_is_its_own_alone_and_among_companions(search_setup,
+                                                                             beam_3_search):
     from keras_transformer.decoding_settings import DecodingSettings
 
     model, source, shortlist = search_setup
-    settings = DecodingSettings(beam_size=3)
-    search = graph_search(model, settings, shortlist)
+    search = beam_3_search
     ids, scores = (t.numpy() for t in search(source))
-    full_ids, _ = graph_search(model, settings, None)(source)
+    full_ids, _ = graph_search(model, DecodingSettings(beam_size=3), None)(source)
     assert not np.array_equal(ids, full_ids.numpy())  # the shortlist changed translations
     for row in range(len(source)):
         alone_ids, alone_scores = search(source[row:row + 1])
@@ -226,15 +236,16 @@ def test_the_xla_search_keeps_the_graph_searchs_shortlist(search_setup):
         np.testing.assert_allclose(scores.numpy(), graph_scores.numpy(), atol=1e-4)
 
 
-def test_an_ensemble_of_two_copies_searches_its_shortlist_as_the_model(search_setup):
+def test_an_ensemble_of_two_copies_searches_its_shortlist_as_the_model(search_setup,
+                                                                       beam_3_search):
     """Each member's output kernel is cut to the batch's candidates (`search_kernel`)."""
     from keras_transformer.decoding_settings import DecodingSettings
     from keras_transformer.ensemble import Ensemble
 
     model, source, shortlist = search_setup
-    settings = DecodingSettings(beam_size=3)
-    ids, scores = graph_search(model, settings, shortlist)(source)
-    ensemble_ids, ensemble_scores = graph_search(Ensemble([model, model]), settings,
+    ids, scores = beam_3_search(source)
+    ensemble_ids, ensemble_scores = graph_search(Ensemble([model, model]),
+                                                 DecodingSettings(beam_size=3),
                                                  shortlist)(source)
     np.testing.assert_array_equal(ensemble_ids.numpy(), ids.numpy())
     np.testing.assert_allclose(ensemble_scores.numpy(), scores.numpy(), rtol=1e-5)

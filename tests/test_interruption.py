@@ -52,3 +52,16 @@ def test_a_lost_worker_is_named_from_the_coordination_services_list() -> None:
     assert isinstance(lost, WorkerLost)
     assert str(lost) == ("worker-2 (10.0.0.3:2222) stopped (no heartbeat) after step 41: "
                          "restart every worker to resume from r/checkpoints/ckpt-40")
+
+
+def test_a_timeout_with_one_other_worker_names_it_at_once() -> None:
+    """A collective timed out with two workers: the other is the one that never came, named
+    without asking the coordination service (none runs here) or waiting for its answer."""
+    error = tf.errors.DeadlineExceededError(None, None, "Collective ops timed out")
+    workers = {"worker-0": "10.0.0.1:2222", "worker-1": "10.0.0.2:2222"}
+    started = time.monotonic()
+    lost = worker_lost(error, workers, "worker-0", 12, "r/checkpoints/ckpt-10", 0.1)
+    assert time.monotonic() - started < 1
+    assert str(lost) == ("worker-1 (10.0.0.2:2222) did not answer within "
+                         "train.worker_timeout_minutes (0.1) after step 12: restart every worker "
+                         "to resume from r/checkpoints/ckpt-10")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import signal
 import threading
+import time
 from types import FrameType, TracebackType
 
 import tensorflow as tf
@@ -33,7 +34,7 @@ PREEMPTED_STATUS = 75  # sysexits.h EX_TEMPFAIL: a temporary failure, the user i
 WORKER_LOST_STATUS = 69  # sysexits.h EX_UNAVAILABLE: a service (a worker) went away
 TASK_NAME = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 ARRIVAL_KEY = "keras_transformer/arrived/{task}"
-ARRIVAL_WAIT_MS = 10_000  # how long a survivor waits for the others to say they arrived
+ARRIVAL_WAIT_MS = 10_000  # how long a survivor waits for all the others to say they arrived
 
 
 class TrainingStopped(RuntimeError):
@@ -121,15 +122,19 @@ def worker_lost(error: tf.errors.OpError, workers: dict[str, str], this_worker: 
 
 def _absent_workers(workers: list[str], this_worker: str) -> list[str]:
     """The workers that never reached the collective this one timed out in: each survivor
-    records its arrival with the coordination service, then waits a little for the others'."""
+    records its arrival with the coordination service, then waits a little for the others'.
+    With one other worker there is nothing to wait for: it is the one that never came."""
+    others = [name for name in workers if name != this_worker]
+    if len(others) == 1:
+        return others
     context.context().set_config_key_value(ARRIVAL_KEY.format(task=this_worker), "1")
+    deadline = time.monotonic() + ARRIVAL_WAIT_MS / 1000  # one wait for all, not one each
     absent = []
-    for name in workers:
-        if name == this_worker:
-            continue
+    for name in others:
+        left_ms = max(1, round(1000 * (deadline - time.monotonic())))
         try:
             context.context().get_config_key_value(ARRIVAL_KEY.format(task=name),
-                                                   timeout_in_ms=ARRIVAL_WAIT_MS)
+                                                   timeout_in_ms=left_ms)
         except tf.errors.OpError:
             absent.append(name)
     return absent

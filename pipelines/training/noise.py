@@ -87,17 +87,41 @@ def noised(pairs: tf.data.Dataset, noise: Sequence[NoiseConfig | None], seed: in
                          for config in noise], tf.float32)  # [corpora, modifiers]
     base = tf.constant([seed, stream], tf.int64)
 
+    traced = _traced_noise_pairs(links)
+
     def apply(index: tf.Tensor, batch: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, ...]:
         src, tgt = batch[:2]  # [n] each
         corpora = batch[-1] if corpus else tf.zeros(tf.shape(src), tf.int32)  # [n]
-        new_src, new_tgt, new_links = noise_pairs(
-            src, tgt, batch[2] if links else None, tf.gather(table, corpora),
-            tf.random.experimental.stateless_fold_in(base, index))
-        return (new_src, new_tgt) + (new_links,) * links + batch[2 + links:]
+        noised_texts = traced(*batch[:2 + links], tf.gather(table, corpora),
+                              tf.random.experimental.stateless_fold_in(base, index))
+        return tuple(noised_texts) + batch[2 + links:]
 
     return (pairs.batch(NOISE_BATCH).enumerate()
             .map(tf.autograph.experimental.do_not_convert(apply),  # no Python control flow
                  num_parallel_calls=tf.data.AUTOTUNE).unbatch())
+
+
+_TRACED: dict[bool, tf.types.experimental.GenericFunction] = {}  # links -> noise_pairs
+
+
+def _traced_noise_pairs(links: bool) -> tf.types.experimental.GenericFunction:
+    """`noise_pairs` as a tf.function traced once per process (with or without links):
+    (source, target[, links], probabilities, seed) -> (source, target[, links]). Each noised
+    dataset's map calls it instead of tracing its hundreds of ops again (about 1 CPU-s a
+    dataset)."""
+    if links not in _TRACED:
+        text = tf.TensorSpec([None], tf.string)
+        specs = [text] * (2 + links) + [tf.TensorSpec([None, len(MODIFIERS)], tf.float32),
+                                        tf.TensorSpec([2], tf.int64)]
+
+        def noise_texts(*args: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            *texts, probabilities, seed = args
+            new_src, new_tgt, new_links = noise_pairs(
+                texts[0], texts[1], texts[2] if links else None, probabilities, seed)
+            return (new_src, new_tgt) + (new_links,) * links
+
+        _TRACED[links] = tf.function(noise_texts, input_signature=specs, autograph=False)
+    return _TRACED[links]
 
 
 def noise_pairs(src: tf.Tensor, tgt: tf.Tensor, links: tf.Tensor | None,

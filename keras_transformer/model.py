@@ -198,7 +198,7 @@ class Transformer(keras.Model):
         written at position `step` of a fixed-size cache). `output_kernel`:
         `embedding.output_kernel()`, computed once before a decoding loop (else the
         embedding is transposed at every step)."""
-        x = self.target_positions(self.embedding(ids[:, None]), start=step)  # [b, 1, d]
+        x = self.target_positions(self.embedding(ids[:, None]), start=step)[:, 0]  # [b, d]
         new_cache: Cache = {"memory_mask": cache["memory_mask"]}
         for i, layer in enumerate(self.decoder_layers):
             x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"],
@@ -206,7 +206,7 @@ class Transformer(keras.Model):
                                                      step if fixed else None)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.embedding.logits(x, output_kernel)[:, 0], new_cache  # [b, vocab] float32
+        return self.embedding.logits(x, output_kernel), new_cache  # [b, vocab] float32
 
     def get_config(self) -> dict:
         return {"name": self.name, "trainable": self.trainable,

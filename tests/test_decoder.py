@@ -17,8 +17,8 @@ def test_step_with_cache_matches_full_pass():
     assert cache["cross_value"].shape == (2, 2, 6, 3)
     outputs = []
     for t in range(4):
-        y, cache = layer.step(x[:, t:t + 1], cache, memory_mask)
+        y, cache = layer.step(x[:, t], cache, memory_mask)
         outputs.append(y)
     assert cache["self_value"].shape == (2, 2, 4, 3)
-    np.testing.assert_allclose(tf.concat(outputs, axis=1), full, atol=1e-5)
+    np.testing.assert_allclose(tf.stack(outputs, axis=1), full, atol=1e-5)
     assert DecoderLayer.from_config(layer.get_config()).get_config() == layer.get_config()

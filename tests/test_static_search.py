@@ -79,7 +79,7 @@ def test_fixed_size_decoder_cache_equals_the_growing_one():
     layer.build(x.shape, memory.shape)
     cache, growing = layer.init_cache(memory), []
     for t in range(4):
-        y, cache = layer.step(x[:, t:t + 1], cache, memory_mask)
+        y, cache = layer.step(x[:, t], cache, memory_mask)
         growing.append(y)
 
     @tf.function(jit_compile=True)  # the fixed cache's in-place write runs under XLA
@@ -87,11 +87,11 @@ def test_fixed_size_decoder_cache_equals_the_growing_one():
         cache = layer.init_cache(memory, length=7)
         outputs = []
         for t in range(4):
-            y, cache = layer.step(x[:, t:t + 1], cache, memory_mask, position=tf.constant(t))
+            y, cache = layer.step(x[:, t], cache, memory_mask, position=tf.constant(t))
             outputs.append(y)
-        return tf.concat(outputs, axis=1)
+        return tf.stack(outputs, axis=1)
 
-    np.testing.assert_allclose(fixed_steps(x, memory), tf.concat(growing, axis=1), atol=1e-5)
+    np.testing.assert_allclose(fixed_steps(x, memory), tf.stack(growing, axis=1), atol=1e-5)
 
 
 @pytest.fixture(scope="module")

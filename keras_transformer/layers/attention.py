@@ -3,7 +3,8 @@ so that a decoder can cache them.
 
 `MultiHeadAttention` attends from a query [batch, q_time, d_model] over a key_value sequence
 (itself by default) or over keys and values already projected by `project_key_value`
-([batch, heads, k_time, d_k|d_v]); a mask is boolean, broadcastable to [batch, heads, q_time,
+([batch, heads, k_time, d_k|d_v]); a decoding step's query is [batch, d_model] (one position,
+its output too: every product a plain matrix product, every reshape of a static shape); a mask is boolean, broadcastable to [batch, heads, q_time,
 k_time], True keeping a position; the scores and softmax are float32 whatever the layer's
 dtype. `record_attention` wraps a call as a sub-layer function that keeps its weights.
 
@@ -64,7 +65,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
 
     def project_key_value(self, key_value: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Projects [batch, time, d_model] to keys [batch, heads, time, d_k] and values."""
+        """Projects [batch, time, d_model] to keys [batch, heads, time, d_k] and values (a
+        step's [batch, d_model]: time 1)."""
         key = self._split_heads(self.key_dense(key_value), self.key_dim)
         value = self._split_heads(self.value_dense(key_value), self.value_dim)
         return key, value
@@ -76,25 +78,32 @@ class MultiHeadAttention(keras.layers.Layer):
         """Attends from `query` [batch, q_time, d_model] over `key_value` [batch, k_time, d_model],
         or over already projected `key`/`value` [batch, heads, k_time, d_k|d_v]. Returns
         [batch, q_time, d_model], and the float32 attention weights [batch, heads, q_time,
-        k_time] too with `return_attention_scores`."""
+        k_time] too with `return_attention_scores`. A step's `query` [batch, d_model] (q_time
+        1) returns [batch, d_model]."""
         if key is None or value is None:
             key, value = self.project_key_value(query if key_value is None else key_value)
-        query = self._split_heads(self.query_dense(query), self.key_dim)  # [b, h, q, d_k]
-        scores = tf.matmul(query, key, transpose_b=True)  # [b, h, q, k]
+        heads = self._split_heads(self.query_dense(query), self.key_dim)  # [b, h, q, d_k]
+        scores = tf.matmul(heads, key, transpose_b=True)  # [b, h, q, k]
         scores = tf.cast(scores, tf.float32) * (self.key_dim ** -0.5)
         if attention_mask is not None:
             scores = tf.where(attention_mask, scores, tf.float32.min)
         weights = tf.nn.softmax(scores, axis=-1)  # [b, h, q, k]
         dropped = self.weights_dropout(tf.cast(weights, self.compute_dtype), training=training)
         context = tf.matmul(dropped, value)  # [b, h, q, d_v]
-        context = tf.transpose(context, [0, 2, 1, 3])  # [b, q, h, d_v]
-        batch, time = tf.shape(context)[0], tf.shape(context)[1]
-        context = tf.reshape(context, [batch, time, self.num_heads * self.value_dim])
-        output = self.output_dense(context)  # [b, q, d_model]
+        if query.shape.rank == 2:  # a step's (q = 1): [b, h * d_v]
+            context = tf.reshape(context, [-1, self.num_heads * self.value_dim])
+        else:
+            context = tf.transpose(context, [0, 2, 1, 3])  # [b, q, h, d_v]
+            batch, time = tf.shape(context)[0], tf.shape(context)[1]
+            context = tf.reshape(context, [batch, time, self.num_heads * self.value_dim])
+        output = self.output_dense(context)  # [b, q, d_model] (a step's [b, d_model])
         return (output, weights) if return_attention_scores else output
 
     def _split_heads(self, x: tf.Tensor, depth: int) -> tf.Tensor:
-        """[batch, time, heads * depth] -> [batch, heads, time, depth]."""
+        """[batch, time, heads * depth] -> [batch, heads, time, depth]; a step's [batch,
+        heads * depth] -> [batch, heads, 1, depth]."""
+        if x.shape.rank == 2:
+            return tf.reshape(x, [-1, self.num_heads, 1, depth])
         batch, time = tf.shape(x)[0], tf.shape(x)[1]
         x = tf.reshape(x, [batch, time, self.num_heads, depth])
         return tf.transpose(x, [0, 2, 1, 3])

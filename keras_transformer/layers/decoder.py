@@ -10,7 +10,7 @@ Example:
     layer = DecoderLayer(num_heads=8, key_dim=64, value_dim=64, d_ff=2048, dropout=0.1)
     y = layer(x, memory, causal_mask, memory_mask)  # [batch, target_time, d_model]
     cache = layer.init_cache(memory)  # memory [batch, source_time, d_model]
-    y, cache = layer.step(x_t, cache, memory_mask)  # x_t [batch, 1, d_model]
+    y, cache = layer.step(x_t, cache, memory_mask)  # x_t [batch, d_model]: one position
 """
 from __future__ import annotations
 
@@ -92,8 +92,9 @@ class DecoderLayer(EncoderLayer):
 
     def step(self, x: tf.Tensor, cache: LayerCache, memory_mask: tf.Tensor | None = None,
              position: tf.Tensor | None = None) -> tuple[tf.Tensor, LayerCache]:
-        """Decodes one position: x [batch, 1, d_model] -> ([batch, 1, d_model], new cache);
-        `position` int32 []: the position to write in a fixed-size cache (None: grow it)."""
+        """Decodes one position: x [batch, d_model] -> ([batch, d_model], new cache), every
+        product a plain matrix product; `position` int32 []: the position to write in a
+        fixed-size cache (None: grow it)."""
         new_cache = dict(cache)
 
         def attend_to_prefix(h: tf.Tensor) -> tf.Tensor:

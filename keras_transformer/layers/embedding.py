@@ -52,13 +52,17 @@ class SharedEmbedding(keras.layers.Layer):
         """Pre-softmax projection with the transposed embedding matrix, in float32; `kernel`:
         that matrix as `output_kernel` gave it (a decoding loop transposes it once, before), or
         some of its columns (a shortlist's: logits of those pieces only)."""
-        rows = tf.reshape(hidden, [-1, self.d_model])  # one matrix product, not one per row
+        rows = hidden if hidden.shape.rank == 2 else tf.reshape(
+            hidden, [-1, self.d_model])  # one matrix product, not one per row
         if kernel is None:
             logits = tf.matmul(rows, tf.cast(self.embeddings, hidden.dtype), transpose_b=True)
         else:
             logits = tf.matmul(rows, kernel)  # [rows, vocab] (a shortlist's [rows, U])
+        logits = tf.cast(logits, tf.float32)
+        if hidden.shape.rank == 2:  # a decoding step's [batch, d_model]
+            return logits
         shape = tf.concat([tf.shape(hidden)[:-1], tf.shape(logits)[1:]], axis=0)
-        return tf.reshape(tf.cast(logits, tf.float32), shape)
+        return tf.reshape(logits, shape)
 
     def output_kernel(self) -> tf.Tensor:
         """The transposed embedding matrix [d_model, vocab] in the compute dtype."""

@@ -220,8 +220,6 @@ def _flat_index(index: tf.Tensor, width: int | tf.Tensor) -> tf.Tensor:
 
 
 def _gather_beams(tensor: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
-    """tensor [batch, n, ...] and index [batch, m] -> [batch, m, ...], by a flat tf.gather."""
-    shape = tf.shape(tensor)
-    flat = tf.reshape(tensor, tf.concat([[shape[0] * shape[1]], shape[2:]], axis=0))
-    gathered = tf.gather(flat, tf.reshape(_flat_index(index, shape[1]), [-1]))
-    return tf.reshape(gathered, tf.concat([tf.shape(index), shape[2:]], axis=0))
+    """tensor [batch, n, ...] and index [batch, m] -> [batch, m, ...] (one GatherV2 with a
+    batch dimension)."""
+    return tf.gather(tensor, index, batch_dims=1)

@@ -5,7 +5,8 @@ CTranslate2 model: float32).
 
     resolve_export(path, runtime=None) -> (runtime "tf" | "onnx" | "ct2", directory)
     open_translator(path, runtime=None, beam_size=None) -> a LineTranslator
-    open_saved_model(version_dir) -> SavedModelTranslator;  rebuild_translator(it, **settings)
+    open_saved_model(version_dir) -> SavedModelTranslator
+    rebuild_translator(version_dir, **settings) -> its weights in an in-process Translator
     ensemble_exports(paths) -> the SavedModel versions of an ensemble's members, checked
     open_ensemble(versions, beam_size=None, shortlist=True) -> their models as one Ensemble
     vocabulary_mismatch(files) -> None, or the line naming a SentencePiece model that differs
@@ -123,8 +124,7 @@ def open_translator(path: Path, runtime: str | None = None,
         return OnnxTranslator(directory, shortlist=shortlist)
     if beam_size in (None, saved_model_metadata(directory).settings.beam_size):
         return open_saved_model(directory, shortlist)
-    _spm_model_proto(directory)  # the rebuild's tokenizer checked before the graph loads
-    return rebuild_translator(open_saved_model(directory, shortlist), beam_size=beam_size)
+    return rebuild_translator(directory, shortlist, beam_size=beam_size)
 
 
 def open_saved_model(version_dir: Path, shortlist: bool = True) -> SavedModelTranslator:
@@ -147,15 +147,17 @@ def open_saved_model(version_dir: Path, shortlist: bool = True) -> SavedModelTra
         raise unreadable(version_dir / "variables") from None
 
 
-def rebuild_translator(translator: SavedModelTranslator, **settings: Any) -> Translator:
-    """`translator.rebuild(**settings)`, its SentencePiece model (assets.extra/spm.model)
-    checked first.
+def rebuild_translator(version_dir: Path, shortlist: bool = True,
+                       **settings: Any) -> Translator:
+    """`open_saved_model(version_dir, shortlist).rebuild(**settings)`, its SentencePiece
+    model (assets.extra/spm.model) checked before the SavedModel loads.
 
     Raises:
-        ExportError: that model missing, truncated or corrupt.
+        ExportError: that model, or a file `open_saved_model` reads, missing, truncated or
+            corrupt.
     """
-    _spm_model_proto(translator.version_dir)
-    return translator.rebuild(**settings)
+    _spm_model_proto(version_dir)
+    return open_saved_model(version_dir, shortlist).rebuild(**settings)
 
 
 def _spm_model_proto(version_dir: Path) -> bytes:

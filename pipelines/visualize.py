@@ -109,11 +109,11 @@ def visualize(model_dir: Path, sentence: str, output_dir: Path) -> list[Path]:
         OSError: output_dir cannot be written.
         ExportError: no SavedModel there, or one with a file truncated or corrupt.
     """
-    from export.loading import open_saved_model, rebuild_translator, resolve_export
+    from export.loading import rebuild_translator, resolve_export
 
     check_writable(output_dir)
     _, version_dir = resolve_export(model_dir, "tf")
-    translator = rebuild_translator(open_saved_model(version_dir))
+    translator = rebuild_translator(version_dir)
     maps = attention_maps(translator.model, Tokenizer(translator.spm_model_proto), sentence,
                           translator.settings.max_source_length)
     return plot_attention(maps, output_dir)

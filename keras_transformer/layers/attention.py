@@ -4,9 +4,10 @@ so that a decoder can cache them.
 `MultiHeadAttention` attends from a query [batch, q_time, d_model] over a key_value sequence
 (itself by default) or over keys and values already projected by `project_key_value`
 ([batch, heads, k_time, d_k|d_v]); a decoding step's query is [batch, d_model] (one position,
-its output too: every product a plain matrix product, every reshape of a static shape); a mask is boolean, broadcastable to [batch, heads, q_time,
-k_time], True keeping a position; the scores and softmax are float32 whatever the layer's
-dtype. `record_attention` wraps a call as a sub-layer function that keeps its weights.
+its output too: every product a plain matrix product, every reshape of a static shape); a
+mask is boolean, broadcastable to [batch, heads, q_time, k_time], True keeping a position;
+the scores and softmax are float32 whatever the layer's dtype. `record_attention` wraps a
+call as a sub-layer function that keeps its weights.
 
 Example:
     attention = MultiHeadAttention(num_heads=8, key_dim=64, value_dim=64)

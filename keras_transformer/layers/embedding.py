@@ -52,14 +52,15 @@ class SharedEmbedding(keras.layers.Layer):
         """Pre-softmax projection with the transposed embedding matrix, in float32; `kernel`:
         that matrix as `output_kernel` gave it (a decoding loop transposes it once, before), or
         some of its columns (a shortlist's: logits of those pieces only)."""
-        rows = hidden if hidden.shape.rank == 2 else tf.reshape(
+        one_position = hidden.shape.rank == 2  # a decoding step's [batch, d_model]
+        rows = hidden if one_position else tf.reshape(
             hidden, [-1, self.d_model])  # one matrix product, not one per row
         if kernel is None:
             logits = tf.matmul(rows, tf.cast(self.embeddings, hidden.dtype), transpose_b=True)
         else:
             logits = tf.matmul(rows, kernel)  # [rows, vocab] (a shortlist's [rows, U])
         logits = tf.cast(logits, tf.float32)
-        if hidden.shape.rank == 2:  # a decoding step's [batch, d_model]
+        if one_position:
             return logits
         shape = tf.concat([tf.shape(hidden)[:-1], tf.shape(logits)[1:]], axis=0)
         return tf.reshape(logits, shape)

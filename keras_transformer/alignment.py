@@ -62,9 +62,9 @@ def target_attention(model: Transformer, source_ids: tf.Tensor,
     target_ids = tf.cast(target_ids, tf.int32)
     batch = tf.shape(target_ids)[0]
     decoder_input = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)
-    weights = model.attention_weights(tf.cast(source_ids, tf.int32), decoder_input)
     config = model.model_config
-    layer = weights["encoder_decoder_attention"][alignment_layer(config)]  # [b, h, t, s]
+    layer = model.cross_attention_weights(tf.cast(source_ids, tf.int32), decoder_input,
+                                          alignment_layer(config))  # [b, h, t, s]
     heads = layer[:, :alignment_head_count(config)]  # [batch, heads averaged, target, source]
     return tf.reduce_mean(tf.cast(heads, tf.float32), axis=1)  # [batch, target, source]
 

@@ -116,7 +116,7 @@ def constrained_beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cac
         progress=tf.zeros([batch, beam_size, tf.shape(terms)[1]], tf.int32),
         finished_seq=tf.fill([batch, beam_size, 1], pad_id),
         finished_scores=finished_scores,
-        done=tf.zeros([batch], tf.bool),
+        done=None,  # just below: `sentences_done` reads the other fields
         cache=cache)
     state = state._replace(done=sentences_done(state, max_lengths, alpha, stop))
     beams, seqs = tf.TensorShape([None, beam_size]), tf.TensorShape([None, beam_size, None])

@@ -127,8 +127,13 @@ class Ensemble:
 
     def attention_weights(self, source_ids: tf.Tensor,
                           target_ids: tf.Tensor) -> dict[str, list[tf.Tensor]]:
-        """The first member's `Transformer.attention_weights` (alignments read them)."""
+        """The first member's `Transformer.attention_weights` (visualize plots them)."""
         return self.members[0].attention_weights(source_ids, target_ids)
+
+    def cross_attention_weights(self, source_ids: tf.Tensor, target_ids: tf.Tensor,
+                                layer: int) -> tf.Tensor:
+        """The first member's `Transformer.cross_attention_weights` (alignments read them)."""
+        return self.members[0].cross_attention_weights(source_ids, target_ids, layer)
 
 
 def _mean_log_probs(logits: Sequence[tf.Tensor]) -> tf.Tensor:

@@ -52,6 +52,7 @@ class Transformer(keras.Model):
         cache = model.init_cache(memory, memory_mask)
         logits, cache = model.decode_step(last_ids, step, cache)    # [batch, vocab]
         weights = model.attention_weights(src, tgt_in)  # per kind, per layer [b, h, q, k]
+        weights = model.cross_attention_weights(src, tgt_in, layer=0)  # [b, h, q, k]
     """
 
     def __init__(self, config: ModelConfig | dict, **kwargs) -> None:
@@ -151,6 +152,21 @@ class Transformer(keras.Model):
             "encoder_decoder_attention": [s["cross_attention"] for s in decoder_scores],
         }
 
+    def cross_attention_weights(self, source_ids: tf.Tensor, target_ids: tf.Tensor,
+                                layer: int) -> tf.Tensor:
+        """float32 [batch, heads, queries, keys]: decoder layer `layer`'s encoder-decoder
+        attention weights in a teacher-forced pass (`attention_weights`'s entry), computing
+        nothing they do not need: not the layers after it, its feed-forward network or the
+        output projection. A graph that computes what it discards costs Grappler's constant
+        folding a pass over the whole graph per discarded node, when a TF1 session (TF
+        Serving's) first runs it."""
+        memory, memory_mask, _ = self._encode(source_ids, False)
+        x, mask = self._embed_target(target_ids, False)
+        for decoder_layer in self.decoder_layers[:layer]:
+            x = decoder_layer(x, memory, attention_mask=mask, memory_mask=memory_mask,
+                              training=False)
+        return self.decoder_layers[layer].cross_attention_weights(x, memory, mask, memory_mask)
+
     def _encode(self, source_ids: tf.Tensor, training: bool | None
                 ) -> tuple[tf.Tensor, tf.Tensor, list[dict[str, tf.Tensor]]]:
         mask = padding_mask(source_ids, self.model_config.pad_id)
@@ -167,9 +183,7 @@ class Transformer(keras.Model):
 
     def _decode(self, target_ids: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor,
                 training: bool | None) -> tuple[tf.Tensor, list[dict[str, tf.Tensor]]]:
-        mask = causal_mask(tf.shape(target_ids)[1])  # [1, 1, t, t]
-        x = self.target_positions(self.embedding(target_ids))  # [b, t, d]
-        x = self.target_dropout(x, training=training)
+        x, mask = self._embed_target(target_ids, training)
         scores = []
         for layer in self.decoder_layers:
             x, layer_scores = layer(x, memory, attention_mask=mask, memory_mask=memory_mask,
@@ -178,6 +192,13 @@ class Transformer(keras.Model):
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return x, scores
+
+    def _embed_target(self, target_ids: tf.Tensor, training: bool | None
+                      ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The decoder's input [batch, time, d_model] of teacher-forced target ids [batch,
+        time] and its causal mask [1, 1, time, time]."""
+        x = self.target_positions(self.embedding(target_ids))  # [b, t, d]
+        return self.target_dropout(x, training=training), causal_mask(tf.shape(target_ids)[1])
 
     def init_cache(self, memory: tf.Tensor, memory_mask: tf.Tensor,
                    length: tf.Tensor | int = 0) -> Cache:

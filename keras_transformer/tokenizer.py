@@ -150,8 +150,8 @@ class Tokenizer(tf.Module):
             padded = padded[:, :max_length - frame]  # [batch, <= max_length - frame]
             lengths = tf.minimum(lengths, max_length - frame)
         batch = tf.shape(text)[0]
-        parts = ([tf.fill([batch, 1], BOS_ID)] * add_bos + [padded]
-                 + [tf.fill([batch, 1], EOS_ID)] * add_eos)  # [batch, 1 | pieces]
+        parts = ([tf.fill([batch, 1], BOS_ID)] if add_bos else []) + [padded] + (
+            [tf.fill([batch, 1], EOS_ID)] if add_eos else [])  # [batch, 1 | pieces]
         return tf.RaggedTensor.from_tensor(tf.concat(parts, axis=1), lengths=lengths + frame)
 
     def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
@@ -171,7 +171,10 @@ class Tokenizer(tf.Module):
         one_row = tf.RaggedTensor.from_row_splits(flat, tf.stack([0, tf.size(flat)]),
                                                   validate=False)  # [1, (batch * (1 + time))]
         text = self._sentencepiece().detokenize(one_row)  # [1]: "\n" row "\n" row ...
-        lines = tf.strings.split(text, sep="\n").flat_values[1:]  # [batch]
+        # The split's values alone: tf.strings.split would build a ragged partition that
+        # nothing reads (a graph's unread nodes cost TF Serving's first run, see
+        # keras_transformer.model's `cross_attention_weights`).
+        lines = tf.raw_ops.StringSplitV2(input=text, sep="\n").values[1:]  # [batch]
         # SentencePiece drops the word-boundary space of a row's first visible piece.
         visible = ~tf.gather(tf.constant(tables.control), ids)  # [batch, time]
         first = visible & (tf.cumsum(tf.cast(visible, tf.int32), axis=1, exclusive=True) == 0)

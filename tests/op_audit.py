@@ -1,6 +1,7 @@
 """The op audit of a SavedModel: which ops its graphs use, which of them plain TensorFlow
 (without tensorflow-text) does not register, which ops or attributes TF Serving's TensorFlow
-(export/serving/tf_2_20_op_registry.json) lacks, and which functions XLA must compile.
+(export/serving/tf_2_20_op_registry.json) lacks, which functions XLA must compile, and
+which nodes no output needs.
 
 `python tests/op_audit.py --dump-registry > FILE` writes the registry of the TensorFlow and
 tensorflow-text installed (how the 2.20 one is checked, and remade for another release).
@@ -84,6 +85,33 @@ def serving_registry_problems(version_dir: Path, registry: Path = SERVING_REGIST
             if not attr.startswith("_") and attr not in ops[node.op]:
                 problems[f"{node.op}.{attr} ({node.name})"] = None
     return list(problems)
+
+
+def discarded_nodes(version_dir: Path) -> list[str]:
+    """`function/node` of every node of the function library (constants aside) that no
+    output of its function needs: TF Serving's first run of a signature pays Grappler's
+    constant folding a pass over the whole inlined graph per link of a chain of them
+    (keras_transformer.model's `cross_attention_weights`)."""
+    discarded = []
+    for function in _graph(version_dir).library.function:
+        nodes = {node.name: node for node in function.node_def}
+        needed: set[str] = set()
+        stack = [name.split(":")[0] for name in (*function.ret.values(),
+                                                 *function.control_ret.values())]
+        while stack:
+            name = stack.pop()
+            if name in nodes and name not in needed:
+                needed.add(name)
+                stack.extend(name.lstrip("^").split(":")[0] for name in nodes[name].input)
+        discarded += [f"{function.signature.name}/{name}" for name, node in nodes.items()
+                      if name not in needed and node.op != "Const" and not _map_fn_own(node)]
+    return discarded
+
+
+def _map_fn_own(node) -> bool:
+    """A TensorArray (a TensorListReserve) that tf.map_fn (sampling's draw per row) makes and
+    leaves unread: one node, no chain."""
+    return node.op == "TensorListReserve" and "/map/TensorArrayV2" in f"/{node.name}"
 
 
 def dump_registry() -> dict:

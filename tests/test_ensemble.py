@@ -231,7 +231,7 @@ def test_the_ensembles_onnx_and_tf_serving_translate_as_the_model(ensemble_expor
                                                                   saved_model_translator,
                                                                   plain_ops):
     from export.onnx_runtime import OnnxTranslator
-    from op_audit import op_audit, serving_registry_problems
+    from op_audit import discarded_nodes, op_audit, serving_registry_problems
     from test_serving import SessionServer, translate
 
     summary = ensemble_export[0]
@@ -240,6 +240,7 @@ def test_the_ensembles_onnx_and_tf_serving_translate_as_the_model(ensemble_expor
     assert OnnxTranslator(onnx_dir).translate_lines(SENTENCES) == expected
     ops, not_core, allowed = op_audit(summary.saved_model, plain_ops)
     assert set(not_core) <= allowed and serving_registry_problems(summary.saved_model) == []
+    assert discarded_nodes(summary.saved_model) == []
     assert translate(SessionServer(summary.saved_model), SENTENCES)[0] == expected
 
 

@@ -69,6 +69,29 @@ def test_cached_step_decoding_matches_teacher_forcing(variant):
     assert np.abs(np.stack(steps, axis=1) - teacher_forced).max() < 1e-4
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_one_layers_cross_attention_is_computed_alone(norm_first):
+    """`cross_attention_weights` gives `attention_weights`' entry of each decoder layer, and
+    its graph discards nothing computed from the weights (a discarded node costs Grappler's
+    constant folding a pass over the graph in TF Serving's first run)."""
+    model = make_model(norm_first=norm_first, num_decoder_layers=3)
+    source, target = tf.constant(SOURCE), tf.constant(TARGET)
+    every = model.attention_weights(source, target)["encoder_decoder_attention"]
+    for layer in range(3):
+        np.testing.assert_array_equal(model.cross_attention_weights(source, target, layer),
+                                      every[layer])
+    graph = tf.function(model.cross_attention_weights).get_concrete_function(
+        source, target, 1).graph
+    needed, stack = set(), [tensor.op for tensor in graph.outputs]
+    while stack:
+        op = stack.pop()
+        if op not in needed:
+            needed.add(op)
+            stack.extend(tensor.op for tensor in op.inputs)
+    weights = [op for op in graph.get_operations() if op.type == "ReadVariableOp"]
+    assert weights and all(op in needed for op in weights)
+
+
 def test_save_and_load_round_trip(tmp_path):
     model = make_model(norm_first=True)
     expected = logits_of(model, SOURCE, TARGET)

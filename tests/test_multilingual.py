@@ -28,7 +28,7 @@ from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.languages import (missing_language_message, unknown_language_message,
                                          with_language)
 from keras_transformer.tokenizer import EOS_ID, Tokenizer
-from op_audit import op_audit, serving_registry_problems
+from op_audit import discarded_nodes, op_audit, serving_registry_problems
 from pipelines.cli import main
 from test_serving import SessionServer
 
@@ -99,6 +99,7 @@ def test_a_multilingual_export_takes_target_lang_in_every_text_signature(version
     ops, not_core, allowed = op_audit(version, plain_ops)
     assert set(not_core) <= allowed, sorted(set(not_core) - allowed)
     assert serving_registry_problems(version) == []  # TF Serving's TensorFlow loads it
+    assert discarded_nodes(version) == []
 
 
 def test_each_line_is_translated_into_its_target_language(loaded, server, model_proto):

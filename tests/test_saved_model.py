@@ -24,7 +24,7 @@ from export.versions import latest_version, publish_version, staging_directory, 
 from export_helpers import SENTENCES, make_model
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.languages import unknown_language_message
-from op_audit import compiled_functions, op_audit, serving_registry_problems
+from op_audit import compiled_functions, discarded_nodes, op_audit, serving_registry_problems
 from tiny_run import ONE_LAYER_A_SIDE
 
 @pytest.fixture(scope="module")
@@ -122,6 +122,7 @@ def test_ops_are_core_tf_or_tf_serving_text_ops(saved_model_dir, plain_ops):
     assert set(not_core) <= allowed, sorted(set(not_core) - allowed)
     assert "XlaDynamicUpdateSlice" not in ops and not compiled_functions(saved_model_dir)
     assert serving_registry_problems(saved_model_dir) == []  # TF Serving's TensorFlow loads it
+    assert discarded_nodes(saved_model_dir) == []  # nothing computed for nothing
 
 
 def test_warmup_requests_cover_every_signature(saved_model_dir, loaded):

@@ -15,7 +15,7 @@ from export.saved_model import WARMUP_FILE, SavedModelTranslator, switch_session
 from export_helpers import SENTENCES, source_ids
 from keras_transformer.compiled_search import bucket_sources
 from keras_transformer.shortlist_table import ShortlistTable
-from op_audit import compiled_functions, op_audit, serving_registry_problems
+from op_audit import compiled_functions, discarded_nodes, op_audit, serving_registry_problems
 from pipelines.paths import RunPaths
 from test_batch_invariance import batches
 from test_serving import translate
@@ -60,6 +60,7 @@ def test_the_shortlisted_saved_model_passes_the_op_audit(version, plain_ops):
     assert {"XlaDynamicUpdateSlice", "ScatterNd", "Where"} <= ops
     assert compiled_functions(version)
     assert serving_registry_problems(version) == []  # TF Serving's TensorFlow loads it
+    assert discarded_nodes(version) == []
 
 
 def test_warmup_compiles_each_source_width_and_metadata_says_xla(shortlist_export, version,

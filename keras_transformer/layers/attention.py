@@ -83,12 +83,7 @@ class MultiHeadAttention(keras.layers.Layer):
         1) returns [batch, d_model]."""
         if key is None or value is None:
             key, value = self.project_key_value(query if key_value is None else key_value)
-        heads = self._split_heads(self.query_dense(query), self.key_dim)  # [b, h, q, d_k]
-        scores = tf.matmul(heads, key, transpose_b=True)  # [b, h, q, k]
-        scores = tf.cast(scores, tf.float32) * (self.key_dim ** -0.5)
-        if attention_mask is not None:
-            scores = tf.where(attention_mask, scores, tf.float32.min)
-        weights = tf.nn.softmax(scores, axis=-1)  # [b, h, q, k]
+        weights = self._weights(query, key, attention_mask)  # [b, h, q, k]
         dropped = self.weights_dropout(tf.cast(weights, self.compute_dtype), training=training)
         context = tf.matmul(dropped, value)  # [b, h, q, d_v]
         if query.shape.rank == 2:  # a step's (q = 1): [b, h * d_v]
@@ -99,6 +94,25 @@ class MultiHeadAttention(keras.layers.Layer):
             context = tf.reshape(context, [batch, time, self.num_heads * self.value_dim])
         output = self.output_dense(context)  # [b, q, d_model] (a step's [b, d_model])
         return (output, weights) if return_attention_scores else output
+
+    def attention_weights(self, query: tf.Tensor, key_value: tf.Tensor,
+                          attention_mask: tf.Tensor | None = None) -> tf.Tensor:
+        """The float32 weights [batch, heads, q_time, k_time] that `call` attends with, and
+        nothing else: no values, no context, no output projection."""
+        key = self._split_heads(self.key_dense(key_value), self.key_dim)  # [b, h, k, d_k]
+        return self._weights(query, key, attention_mask)
+
+    def _weights(self, query: tf.Tensor, key: tf.Tensor,
+                 attention_mask: tf.Tensor | None) -> tf.Tensor:
+        """float32 [batch, heads, q_time, k_time]: softmax(Q K^T / sqrt(d_k)) of `query`
+        [batch, q_time, d_model] (a step's [batch, d_model]) over projected keys [batch,
+        heads, k_time, d_k], masked (False: left out) by `attention_mask`."""
+        heads = self._split_heads(self.query_dense(query), self.key_dim)  # [b, h, q, d_k]
+        scores = tf.matmul(heads, key, transpose_b=True)  # [b, h, q, k]
+        scores = tf.cast(scores, tf.float32) * (self.key_dim ** -0.5)
+        if attention_mask is not None:
+            scores = tf.where(attention_mask, scores, tf.float32.min)
+        return tf.nn.softmax(scores, axis=-1)
 
     def _split_heads(self, x: tf.Tensor, depth: int) -> tf.Tensor:
         """[batch, time, heads * depth] -> [batch, heads, time, depth]; a step's [batch,

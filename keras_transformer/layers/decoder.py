@@ -76,6 +76,18 @@ class DecoderLayer(EncoderLayer):
             training=training)
         return (x, scores) if return_attention_scores else x
 
+    def cross_attention_weights(self, x: tf.Tensor, memory: tf.Tensor,
+                                attention_mask: tf.Tensor | None = None,
+                                memory_mask: tf.Tensor | None = None) -> tf.Tensor:
+        """float32 [batch, heads, target_time, source_time]: the encoder-decoder attention
+        weights of `call` (inference), computing only what they need: not this layer's
+        values, outputs or feed-forward network."""
+        x = self.self_attention_block(
+            x, sublayer=lambda h: self.self_attention(h, attention_mask=attention_mask,
+                                                      training=False), training=False)
+        return self.cross_attention.attention_weights(
+            self.cross_attention_block.sublayer_input(x), memory, memory_mask)
+
     def init_cache(self, memory: tf.Tensor, length: tf.Tensor | int = 0) -> LayerCache:
         """The cache before the first step: self-attention keys/values of `length` positions
         (0: empty, grown by each step; else fixed, zeros) and the encoder-decoder

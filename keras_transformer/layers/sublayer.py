@@ -46,9 +46,12 @@ class ResidualSublayer(keras.layers.Layer):
 
     def call(self, x: tf.Tensor, sublayer: Callable[[tf.Tensor], tf.Tensor],
              training: bool | None = None) -> tf.Tensor:
-        if self.norm_first:
-            return x + self.output_dropout(sublayer(self.layer_norm(x)), training=training)
-        return self.layer_norm(x + self.output_dropout(sublayer(x), training=training))
+        output = self.output_dropout(sublayer(self.sublayer_input(x)), training=training)
+        return x + output if self.norm_first else self.layer_norm(x + output)
+
+    def sublayer_input(self, x: tf.Tensor) -> tf.Tensor:
+        """What the sub-layer reads of x: LayerNorm(x) (pre-norm), or x itself (post-norm)."""
+        return self.layer_norm(x) if self.norm_first else x
 
     def compute_output_shape(self, input_shape):
         return input_shape

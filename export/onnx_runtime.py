@@ -37,20 +37,23 @@ from export.scores import Pair, PairScore, score_in_batches, signature_scores
 
 
 def session_options(threads: int | None = None) -> ort.SessionOptions:
-    """All graph optimizations, `threads` intra-op threads (default: one per CPU core) that
-    sleep rather than spin between ops, sequential execution.
+    """All graph optimizations, `threads` intra-op threads (default: one per CPU core),
+    sequential execution; the threads spin between ops (ONNX Runtime's default) unless the
+    environment says OMP_WAIT_POLICY=PASSIVE, the variable that has CTranslate2's OpenMP
+    threads sleep too.
 
-    The decoding loop is a long chain of small ops: threads that spin between them (ONNX
-    Runtime's default) take the cores from the one that works, and inter-op threads would
-    only contend (docs/decoding-speed.md, "ONNX Runtime: the graph rewrites and the session
-    options").
+    The decoding loop is a long chain of small ops: on a machine of its own, spinning threads
+    take the next op at once; on a shared one they take the cores from the process that works
+    (docs/decoding-speed.md, "ONNX Runtime: the graph rewrites and the session options").
+    Inter-op threads would only contend.
     """
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.intra_op_num_threads = threads or os.cpu_count() or 1
     options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0" if passive else "1")
     return options
 
 

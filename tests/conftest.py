@@ -31,9 +31,10 @@ import pytest
 # The CLI's default (pipelines/cli.py), which TensorFlow reads once, on importing (below): the CLI
 # run in this process logs as it does for a user, however pytest was started.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# CTranslate2's OpenMP threads (libgomp, which reads this once it loads) sleep between parallel
-# regions instead of spinning, in this process and its subprocesses: the suite's workers share
-# the cores, where spinning took most of CTranslate2's CPU time (docs/decoding-speed.md).
+# CTranslate2's OpenMP threads (libgomp, which reads this once it loads) and ONNX Runtime's
+# (export.onnx_runtime.session_options) sleep between ops instead of spinning, in this process
+# and its subprocesses: the suite's workers share the cores, where spinning took most of
+# CTranslate2's CPU time (docs/decoding-speed.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from pipelines.config import load_config  # noqa: E402 (after the environment is set)

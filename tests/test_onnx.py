@@ -14,11 +14,25 @@ import tensorflow as tf
 
 from export.onnx import OPSET, convert
 from export.onnx_quantize import quantize_int8
-from export.onnx_runtime import OnnxTranslator
+from export.onnx_runtime import OnnxTranslator, session_options
 from export.translator import Translator
 from export_helpers import SENTENCES, make_model
 from keras_transformer.decoding_settings import DecodingSettings
 from tiny_run import ONE_LAYER_A_SIDE
+
+
+def test_threads_spin_between_ops_unless_the_environment_says_passive(monkeypatch):
+    """ONNX Runtime's intra-op threads follow OMP_WAIT_POLICY, as CTranslate2's OpenMP ones do:
+    spinning by default (a machine of its own), asleep between ops with PASSIVE."""
+    spinning = "session.intra_op.allow_spinning"
+    for policy, expected in ((None, "1"), ("ACTIVE", "1"), ("passive", "0"), ("PASSIVE", "0")):
+        if policy is None:
+            monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+        else:
+            monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+        options = session_options(threads=2)
+        assert (options.get_session_config_entry(spinning), options.intra_op_num_threads) == (
+            expected, 2), policy
 
 
 def test_model_onnx_equals_keras_level_beam_search(onnx_dir, keras_reference):

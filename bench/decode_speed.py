@@ -39,10 +39,13 @@ largest batch size's run. One warm-up batch per batch size is not timed (`tf-xla
 SavedModel whose beam search XLA compiles for batches of up to `--xla-max-batch` sentences,
 `export.saved_model_xla_max_batch`, default 8, and `tf-parallel`: every batch, so that each
 shape is compiled before the timing); at batch 1 each sentence runs twice and the length
-table takes the faster run (other processes share the CPU). The runtimes take turns batch by
-batch: each process decodes one batch while the others wait, so a machine whose speed drifts
-during the run (a shared virtual machine's can change 2x within minutes) slows every runtime
-alike and the ratios between them, a runtime's two variants' among them, hold.
+table takes the faster run (other processes share the CPU). The runtimes take turns of at
+least TURN_SENTENCES sentences (one batch of 32, 32 batches of 1): each process decodes its
+turn while the others wait, so a machine whose speed drifts during the run (a shared virtual
+machine's can change 2x within minutes) slows every runtime alike and the ratios between them,
+a runtime's two variants' among them, hold. Turns of one sentence would not: the threads of
+ONNX Runtime and CTranslate2 spin a while after their work (their default, the fastest alone),
+on the cores of the runtime whose turn comes next.
 """
 from __future__ import annotations
 
@@ -67,6 +70,7 @@ RUNTIMES = {"tf": "SavedModel", "tf-bfloat16": "SavedModel", "tf-xla": "SavedMod
 NAMES = [name + suffix for name in RUNTIMES for suffix in ("", FULL)]  # each in both variants
 LENGTH_BUCKET = 10  # output tokens per row of the length table
 REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a busy machine)
+TURN_SENTENCES = 32  # sentences a runtime decodes before the next one's turn
 
 
 def worker(runtime: str, model_dir: Path, sources: list[list[int]], batch_size: int,
@@ -104,7 +108,8 @@ def source_batches(sources: list[list[int]], batch_size: int) -> list[list[int]]
 def taking_turns(runtimes: list[str], directories: dict[str, Path], sources: list[list[int]],
                  batch_size: int, threads: int) -> dict[str, list[dict]]:
     """Each runtime's timed batches: a worker process per runtime, loaded and warmed up,
-    then each batch decoded by one runtime after the other (never two at once)."""
+    then turns of the batches of TURN_SENTENCES sentences (at least one batch), decoded by one
+    runtime after the other (never two at once)."""
     repeats = REPEATS if batch_size == 1 else 1
     workers = {}
     for runtime in runtimes:  # started one by one: loading and warm-up are not timed
@@ -118,11 +123,13 @@ def taking_turns(runtimes: list[str], directories: dict[str, Path], sources: lis
         while _answer(runtime, workers[runtime]) != "ready":
             pass  # what a library printed while loading
     results: dict[str, list[dict]] = {runtime: [] for runtime in runtimes}
-    for index in range(len(source_batches(sources, batch_size))):
+    count, per_turn = len(source_batches(sources, batch_size)), max(1, TURN_SENTENCES // batch_size)
+    for first in range(0, count, per_turn):
+        turn = range(first, min(first + per_turn, count))
         for runtime, process in workers.items():
-            process.stdin.write(f"{index}\n")
+            process.stdin.write("".join(f"{index}\n" for index in turn))
             process.stdin.flush()
-            results[runtime].append(json.loads(_answer(runtime, process)))
+            results[runtime] += [json.loads(_answer(runtime, process)) for _ in turn]
     for process in workers.values():
         process.stdin.close()
         process.wait()

@@ -43,6 +43,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Iterator, Sequence
 
 import tensorflow as tf
@@ -101,27 +102,23 @@ def noised(pairs: tf.data.Dataset, noise: Sequence[NoiseConfig | None], seed: in
                  num_parallel_calls=tf.data.AUTOTUNE).unbatch())
 
 
-_TRACED: dict[bool, tf.types.experimental.GenericFunction] = {}  # links -> noise_pairs
-
-
+@functools.cache
 def _traced_noise_pairs(links: bool) -> tf.types.experimental.GenericFunction:
     """`noise_pairs` as a tf.function traced once per process (with or without links):
     (source, target[, links], probabilities, seed) -> (source, target[, links]). Each noised
     dataset's map calls it instead of tracing its hundreds of ops again (about 1 CPU-s a
     dataset)."""
-    if links not in _TRACED:
-        text = tf.TensorSpec([None], tf.string)
-        specs = [text] * (2 + links) + [tf.TensorSpec([None, len(MODIFIERS)], tf.float32),
-                                        tf.TensorSpec([2], tf.int64)]
+    text = tf.TensorSpec([None], tf.string)
+    specs = [text] * (2 + links) + [tf.TensorSpec([None, len(MODIFIERS)], tf.float32),
+                                    tf.TensorSpec([2], tf.int64)]
 
-        def noise_texts(*args: tf.Tensor) -> tuple[tf.Tensor, ...]:
-            *texts, probabilities, seed = args
-            new_src, new_tgt, new_links = noise_pairs(
-                texts[0], texts[1], texts[2] if links else None, probabilities, seed)
-            return (new_src, new_tgt) + (new_links,) * links
+    def noise_texts(*args: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        *texts, probabilities, seed = args
+        new_src, new_tgt, new_links = noise_pairs(
+            texts[0], texts[1], texts[2] if links else None, probabilities, seed)
+        return (new_src, new_tgt) + (new_links,) * links
 
-        _TRACED[links] = tf.function(noise_texts, input_signature=specs, autograph=False)
-    return _TRACED[links]
+    return tf.function(noise_texts, input_signature=specs, autograph=False)
 
 
 def noise_pairs(src: tf.Tensor, tgt: tf.Tensor, links: tf.Tensor | None,

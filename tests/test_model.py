@@ -119,6 +119,7 @@ def test_mixed_precision_policy_is_restored_on_load(tmp_path, bfloat16_runs):
 def test_tiny_model_overfits_a_small_batch():
     model = make_model()
     optimizer = FusedAdam(3e-3)  # training's Adam: its update traces in half the time of Keras's
+    optimizer.build(model.trainable_variables)  # its slots made now: the step traces once
     source, target = tf.constant(SOURCE), tf.constant(TARGET)
 
     @tf.function

@@ -85,7 +85,7 @@ def test_in_a_graph_of_static_or_unknown_shapes_it_searches_as_eagerly(static):
     graph = tf.function(lambda max_lengths, terms: search(table, cache, max_lengths, terms),
                         input_signature=[tf.TensorSpec([3] if static else [None], tf.int32),
                                          tf.TensorSpec([3, 2, 3] if static else [None] * 3,
-                                                       tf.int32)])
+                                                       tf.int32)], autograph=False)
     ids, scores = graph(max_lengths, terms)
     np.testing.assert_array_equal(ids.numpy(), eager_ids.numpy())
     np.testing.assert_allclose(scores.numpy(), eager_scores.numpy(), rtol=1e-6)

@@ -182,12 +182,12 @@ def test_in_tf_function_with_unknown_batch_and_source_length():
             "layer_0": {"keys": tf.TensorSpec([None, 1, None, 1], tf.float32)}}
     lengths_spec = tf.TensorSpec([None], tf.int32)
 
-    @tf.function(input_signature=[spec, lengths_spec])
+    @tf.function(input_signature=[spec, lengths_spec], autograph=False)
     def beam(cache, max_lens):
         return beam_search(table.from_cache, cache, max_lens, beam_size=4, bos_id=BOS,
                            eos_id=EOS)
 
-    @tf.function(input_signature=[spec, lengths_spec])
+    @tf.function(input_signature=[spec, lengths_spec], autograph=False)
     def greedy(cache, max_lens):
         return greedy_search(table.from_cache, cache, max_lens, bos_id=BOS, eos_id=EOS)
 

@@ -82,7 +82,7 @@ def test_projected_loss_in_graph_and_bfloat16_hidden(bfloat16_runs):
     expected, _ = label_smoothed_cross_entropy(labels, tf.matmul(hidden, table, transpose_b=True),
                                                0.1)
     compiled = tf.function(lambda h: projected_label_smoothed_cross_entropy(
-        labels, h, table, 0.1, chunk_elements=18)[0])
+        labels, h, table, 0.1, chunk_elements=18)[0], autograph=False)
     np.testing.assert_allclose(float(compiled(hidden)), float(expected), rtol=1e-5)
     low = float(compiled(tf.cast(hidden, tf.bfloat16)))
     np.testing.assert_allclose(low, float(expected), rtol=2e-2)
@@ -112,7 +112,7 @@ def test_under_xla_no_tensor_holds_every_rows_logits():
                 tape.watch([hidden, table])
                 loss, _ = loss_fn(hidden, table)
             return loss, tape.gradient(loss, [hidden, table])
-        return tf.function(compute, jit_compile=True)
+        return tf.function(compute, jit_compile=True, autograph=False)
 
     chunked = gradients(lambda h, t: projected_label_smoothed_cross_entropy(
         labels, h, t, 0.1, static_shapes=True, chunk_elements=2 ** 22))

@@ -59,7 +59,7 @@ def test_cached_step_decoding_matches_teacher_forcing(variant):
     teacher_forced = logits_of(model, SOURCE, TARGET)
     memory, memory_mask = model.encode(tf.constant(SOURCE))
     cache = model.init_cache(memory, memory_mask)
-    step = tf.function(model.decode_step, reduce_retracing=True)  # the growing cache: 2 traces
+    step = tf.function(model.decode_step, reduce_retracing=True, autograph=False)  # the growing cache: 2 traces
     steps = []
     for t in range(TARGET.shape[1]):
         logits, cache = step(tf.constant(TARGET[:, t]), tf.constant(t), cache)
@@ -80,7 +80,7 @@ def test_one_layers_cross_attention_is_computed_alone(norm_first):
     for layer in range(3):
         np.testing.assert_array_equal(model.cross_attention_weights(source, target, layer),
                                       every[layer])
-    graph = tf.function(model.cross_attention_weights).get_concrete_function(
+    graph = tf.function(model.cross_attention_weights, autograph=False).get_concrete_function(
         source, target, 1).graph
     needed, stack = set(), [tensor.op for tensor in graph.outputs]
     while stack:
@@ -122,7 +122,7 @@ def test_tiny_model_overfits_a_small_batch():
     optimizer.build(model.trainable_variables)  # its slots made now: the step traces once
     source, target = tf.constant(SOURCE), tf.constant(TARGET)
 
-    @tf.function
+    @tf.function(autograph=False)
     def train_step():
         with tf.GradientTape() as tape:
             logits = model({"source_ids": source, "target_ids": target[:, :-1]}, training=True)

@@ -138,7 +138,8 @@ def test_layer_norms_are_fused_where_they_normalise_the_last_axis(onnx_dir, expo
         gamma = np.linspace(0.5, 2.0, layer.gamma.shape[0], dtype=np.float32)
         layer.set_weights([gamma, gamma + beta_offset])
         function = tf.function(lambda x: {"y": layer(x)},
-                               input_signature=[tf.TensorSpec([None, 5, 8], tf.float32)])
+                               input_signature=[tf.TensorSpec([None, 5, 8], tf.float32)],
+                               autograph=False)
         graph = convert(function, {})
         assert count(graph.graph, "LayerNormalization") == fused
         session = ort.InferenceSession(graph.SerializeToString(),

@@ -66,7 +66,7 @@ def test_ranks_are_checked_in_the_graph_except_for_onnx() -> None:
     unchecked_inputs() (the ONNX export's trace: ONNX Runtime checks ranks itself)."""
     def op_types() -> set[str]:
         function = tf.function(lambda ids: checked_inputs("translate_ids", ids)[0] + 1,
-                               input_signature=input_specs("translate_ids"))
+                               input_signature=input_specs("translate_ids"), autograph=False)
         return {op.type for op in function.get_concrete_function().graph.get_operations()}
 
     with unchecked_inputs():
@@ -87,7 +87,7 @@ def test_a_multilingual_table_adds_target_lang_checked_in_the_graph_except_for_o
     lines = np.array(["a", "b"], object)
     assert list(table["score"].warmup(lines, None)["target_lang"]) == ["fr", "fr"]
     check = tf.function(lambda codes: checked_languages(codes, ("fr", "de")),
-                        input_signature=[TARGET_LANG.spec])
+                        input_signature=[TARGET_LANG.spec], autograph=False)
     assert list(check(tf.constant(["de", "fr"])).numpy()) == [b"de", b"fr"]
     message = unknown_language_message("es", ("fr", "de")).replace("'", "\\'")
     with pytest.raises(tf.errors.InvalidArgumentError,
@@ -95,7 +95,7 @@ def test_a_multilingual_table_adds_target_lang_checked_in_the_graph_except_for_o
         check(tf.constant(["fr", "es", "it"]))
     with unchecked_inputs():
         unchecked = tf.function(lambda codes: checked_languages(codes, ("fr",)),
-                                input_signature=[TARGET_LANG.spec])
+                                input_signature=[TARGET_LANG.spec], autograph=False)
         ops = {op.type for op in unchecked.get_concrete_function().graph.get_operations()}
     assert "Assert" not in ops
 

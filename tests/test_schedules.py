@@ -57,7 +57,7 @@ def test_the_fused_adam_update_is_keras_adams(sparse):
             optimizer = kind(1e-2, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
             optimizer.build(variables)
 
-        @tf.function
+        @tf.function(autograph=False)
         def apply(step_grads):
             def replica(step_grads):
                 first, second = (tf.identity(g) for g in step_grads)  # on the replica's device

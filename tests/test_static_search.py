@@ -61,7 +61,7 @@ def test_compiles_with_xla_in_one_shape():
     max_lengths = tf.constant([LENGTH, 4, 9])
     search = tf.function(lambda cache, max_lengths: static_beam_search(
         from_fixed_cache(table), cache, max_lengths, length=LENGTH, beam_size=3, bos_id=BOS,
-        eos_id=EOS), jit_compile=True)
+        eos_id=EOS), jit_compile=True, autograph=False)
     ids, scores, steps = search(cache, max_lengths)
     expected_ids, expected_scores = beam_search(
         table.from_cache, make_cache(vocab=7, batch=3, seed=1), max_lengths, beam_size=3,
@@ -82,7 +82,7 @@ def test_fixed_size_decoder_cache_equals_the_growing_one():
         y, cache = layer.step(x[:, t], cache, memory_mask)
         growing.append(y)
 
-    @tf.function(jit_compile=True)  # the fixed cache's in-place write runs under XLA
+    @tf.function(jit_compile=True, autograph=False)  # the fixed cache's in-place write runs under XLA
     def fixed_steps(x: tf.Tensor, memory: tf.Tensor) -> tf.Tensor:
         cache = layer.init_cache(memory, length=7)
         outputs = []

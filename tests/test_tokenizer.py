@@ -142,7 +142,7 @@ def test_from_file_and_graph_mode(tmp_path, model_proto):
     path.write_bytes(model_proto)
     tokenizer = Tokenizer.from_file(path)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def round_trip(text):
         return tokenizer.detokenize(tokenizer.tokenize(text, add_bos=True, add_eos=True))
 
@@ -151,7 +151,7 @@ def test_from_file_and_graph_mode(tmp_path, model_proto):
 
 def test_a_tokenizer_made_inside_a_traced_function(model_proto):
     """As the Translator makes it: the traced function alone holds the SentencePiece model."""
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def round_trip(text):
         tokenizer = Tokenizer(model_proto)
         return tokenizer.detokenize(tokenizer.tokenize(text, add_eos=True, max_length=4))

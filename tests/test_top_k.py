@@ -32,8 +32,8 @@ def test_a_compiled_search_step_gives_the_same_with_unknown_shapes() -> None:
     scores = np.round(np.random.default_rng(1).normal(size=(4, 4 * 500)), 1).astype(np.float32)
     spec = tf.TensorSpec([None, None], tf.float32)
     compiled = tf.function(lambda x: chunked_top_k(x, 8), input_signature=[spec],
-                           jit_compile=True)
-    graph = tf.function(lambda x: chunked_top_k(x, 8), input_signature=[spec])
+                           jit_compile=True, autograph=False)
+    graph = tf.function(lambda x: chunked_top_k(x, 8), input_signature=[spec], autograph=False)
     expected = tf.math.top_k(scores, k=8)
     for function in (compiled, graph):
         values, indices = function(tf.constant(scores))

@@ -27,7 +27,7 @@ def _graph_search(model, settings: DecodingSettings):
     """`decode_sources` of `model` with `settings` as a graph function of any batch and
     source length, traced once (about 2 CPU-s a trace)."""
     return tf.function(lambda ids: decode_sources(model, ids, settings),
-                       input_signature=[tf.TensorSpec([None, None], tf.int32)])
+                       input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,7 @@ def measure(variant: str, rows: int, length: int, vocab: int) -> dict[str, float
                 loss, _ = label_smoothed_cross_entropy(labels, logits, 0.1)
         return loss, tape.gradient(loss, [hidden, table])
 
-    compiled = tf.function(loss_and_gradients, jit_compile=True)
+    compiled = tf.function(loss_and_gradients, jit_compile=True, autograph=False)
     compiled.get_concrete_function(hidden, table)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.monotonic()

@@ -49,6 +49,9 @@ from pipelines.training.noise import is_noisy, noised
 TOKENIZE_BATCH = 1024
 LENGTHS_BATCH = 4096
 INTERLEAVED_SHARDS = 8  # shards read at once
+# tf.data converts each dataset function with autograph at every trace unless told not to; none
+# of these branches on a tensor in Python (as noise.py's).
+no_autograph = tf.autograph.experimental.do_not_convert
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,12 +141,13 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
                          links=alignments is not None, corpus=mixed)
     gold = alignments is not None and gold_alignment
     if alignments is not None and not gold:
-        dataset = dataset.map(lambda src, tgt, links, *rest: (src, tgt, *rest))
+        dataset = dataset.map(no_autograph(lambda src, tgt, links, *rest: (src, tgt, *rest)))
     extra = ("links",) * gold + ("corpus",) * mixed
     dataset = _tokenized(dataset, tokenizer, parallel, extra)
-    dataset = dataset.filter(lambda ex: _longest_side(ex) <= max_length)
+    dataset = dataset.filter(no_autograph(lambda ex: _longest_side(ex) <= max_length))
     if gold:
-        dataset = dataset.map(_with_gold_alignment(tokenizer), num_parallel_calls=parallel)
+        dataset = dataset.map(no_autograph(_with_gold_alignment(tokenizer)),
+                              num_parallel_calls=parallel)
     dataset = _bucketed(dataset, bounds, budget, multiple, pad_to_bucket_boundary,
                         one_bucket_per_batch)
     return dataset.prefetch(tf.data.AUTOTUNE)
@@ -155,7 +159,7 @@ def any_pair_fits(shards: Sequence[tuple[str | Path, str | Path]], spm_model_pat
     included). Reads up to the first such pair: at once, unless none fits."""
     pairs = _tokenized(_pairs(shards, None, False, None, tf.data.AUTOTUNE),
                        Tokenizer.from_file(spm_model_path), tf.data.AUTOTUNE)
-    fitting = pairs.filter(lambda ex: _longest_side(ex) <= max_length).take(1)
+    fitting = pairs.filter(no_autograph(lambda ex: _longest_side(ex) <= max_length)).take(1)
     return any(True for _ in fitting)
 
 
@@ -170,9 +174,9 @@ def length_stats(src_path: str | Path, tgt_path: str | Path, spm_model_path: str
     bounds = np.array(boundaries or bucket_boundaries(max_length))
     tokenizer = Tokenizer.from_file(spm_model_path)
     pairs = _pairs([(src_path, tgt_path)], None, False, None, tf.data.AUTOTUNE)
-    lengths = pairs.batch(LENGTHS_BATCH).map(
+    lengths = pairs.batch(LENGTHS_BATCH).map(no_autograph(
         lambda src, tgt: (tokenizer.tokenize(src, add_eos=True).row_lengths(),  # [chunk]
-                          tokenizer.tokenize(tgt, add_bos=True, add_eos=True).row_lengths()),
+                          tokenizer.tokenize(tgt, add_bos=True, add_eos=True).row_lengths())),
         num_parallel_calls=tf.data.AUTOTUNE)
     chunks = list(lengths.as_numpy_iterator())  # [(source [chunk], target [chunk])]
     src_len, tgt_len = (np.concatenate([np.zeros(0, np.int64)] + [chunk[side] for chunk in chunks])
@@ -208,7 +212,7 @@ def _pairs(shards: Sequence[tuple[str | Path, str | Path]],
         files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
     cycle = min(len(shards), INTERLEAVED_SHARDS)
     dataset = files.interleave(
-        lambda *paths: tf.data.Dataset.zip(*(tf.data.TextLineDataset(p) for p in paths)),
+        no_autograph(lambda *paths: tf.data.Dataset.zip(*map(tf.data.TextLineDataset, paths))),
         cycle_length=cycle, num_parallel_calls=min(parallel, cycle) if parallel > 0 else parallel)
     if pipelines > 1 and not by_file:
         dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
@@ -226,7 +230,8 @@ def _mixed(shards: Sequence[tuple[str | Path, str | Path]], corpora: Sequence[in
         mine = [i for i, owner in enumerate(corpora) if owner == corpus]
         stream = _pairs([shards[i] for i in mine], input_context, shuffle, seed, parallel,
                         None if alignments is None else [alignments[i] for i in mine])
-        stream = stream.map(lambda *pair, corpus=corpus: (*pair, tf.constant(corpus, tf.int32)))
+        stream = stream.map(no_autograph(
+            lambda *pair, corpus=corpus: (*pair, tf.constant(corpus, tf.int32))))
         streams.append(stream.repeat() if repeat else stream)
     total = sum(weights)
     return tf.data.Dataset.sample_from_datasets(streams, [w / total for w in weights], seed=seed)
@@ -245,9 +250,10 @@ def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer, parallel: int,
         return {**encoded, **dict(zip(extra, values))}  # values: [chunk] each
 
     return (pairs.batch(TOKENIZE_BATCH)
-            .map(encode, num_parallel_calls=parallel)
+            .map(no_autograph(encode), num_parallel_calls=parallel)
             .unbatch()
-            .map(lambda ex: ex))  # unbatched ragged rows come typed as ragged: make them dense
+            # unbatched ragged rows come typed as ragged: make them dense
+            .map(no_autograph(lambda ex: ex)))
 
 
 def _with_gold_alignment(tokenizer: Tokenizer
@@ -304,4 +310,5 @@ def _bucketed(dataset: tf.data.Dataset, bounds: tuple[int, ...], budget: int, mu
             sizes_t[bucket], padded_shapes={k: v for k, v in shapes.items() if k in present},
             padding_values={k: v for k, v in padding.items() if k in present})
 
-    return dataset.group_by_window(key, batch, window_size_func=lambda bucket: sizes_t[bucket])
+    return dataset.group_by_window(no_autograph(key), no_autograph(batch),
+                                   window_size_func=no_autograph(lambda bucket: sizes_t[bucket]))

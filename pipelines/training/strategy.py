@@ -130,7 +130,7 @@ def _reduce_over_replicas(strategy: tf.distribute.Strategy, operation: str,
     if key not in _REDUCERS:
         options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)], autograph=False)
         def reduce(local: tf.Tensor) -> tf.Tensor:  # [len(values)] -> the same
             per_replica = strategy.run(  # identity: a copy on the replica's device
                 lambda: tf.distribute.get_replica_context().all_reduce(

@@ -6,7 +6,8 @@ custom operations are on", "Could not find cuda drivers"), and listing the devic
 without an NVIDIA GPU an ERROR "failed call to cuInit" (CUDA_VISIBLE_DEVICES="" or -1 does not
 prevent it). `import_tensorflow_quietly` does both with stderr captured, then writes back all
 but those lines: absl lines below TF_CPP_MIN_LOG_LEVEL, absl's notice about them, and the cuInit
-error where the machine has no NVIDIA driver. Later warnings and errors are untouched.
+error where the machine has no NVIDIA driver. Later warnings and errors are untouched. Keras's
+import of matplotlib is held back meanwhile (`matplotlib_held_back`).
 
 Example:
     >>> default_log_level("train")  # TF_CPP_MIN_LOG_LEVEL 2, or 3 for a worker of several
@@ -44,10 +45,27 @@ def import_tensorflow_quietly() -> None:
     except ValueError:
         min_level = 0
     nvidia = nvidia_driver_present()
-    with filtered_stderr(lambda line: is_noise(line, min_level, nvidia)):
+    with filtered_stderr(lambda line: is_noise(line, min_level, nvidia)), matplotlib_held_back():
         import tensorflow as tf
 
         tf.config.list_physical_devices()
+
+
+@contextlib.contextmanager
+def matplotlib_held_back() -> Iterator[None]:
+    """Within the block, `import matplotlib` fails (ImportError) unless it was imported before;
+    afterwards it imports as usual. Keras, which TensorFlow imports, imports matplotlib.pyplot
+    for plotting helpers the CLI never calls, and goes without them when it cannot: that import
+    is an eighth of TensorFlow's (0.45 of 3.6 CPU-seconds; `pipelines.visualize` imports
+    matplotlib when it draws)."""
+    held = "matplotlib" not in sys.modules
+    if held:
+        sys.modules["matplotlib"] = None  # type: ignore[assignment]  # Python's import block
+    try:
+        yield
+    finally:
+        if held and sys.modules.get("matplotlib", ...) is None:
+            del sys.modules["matplotlib"]
 
 
 def is_noise(line: bytes, min_level: int, nvidia_gpu: bool) -> bool:

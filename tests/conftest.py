@@ -37,8 +37,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # CTranslate2's CPU time (docs/decoding-speed.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from pipelines.config import load_config  # noqa: E402 (after the environment is set)
-from pipelines.corpus.prepare import PrepareSummary, prepare  # noqa: E402
+from pipelines.startup import matplotlib_held_back  # noqa: E402 (after the environment is set)
+
+with matplotlib_held_back():  # TensorFlow (prepare's import) without Keras's matplotlib, as the CLI
+    from pipelines.config import load_config
+    from pipelines.corpus.prepare import PrepareSummary, prepare
 
 
 # The files that take a worker longest, slowest first (seconds of one worker in a full run on

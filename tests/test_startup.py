@@ -4,7 +4,8 @@ import sys
 
 import pytest
 
-from pipelines.startup import filtered_stderr, import_tensorflow_quietly, is_noise
+from pipelines.startup import (filtered_stderr, import_tensorflow_quietly, is_noise,
+                               matplotlib_held_back)
 
 ONEDNN = (b"I0000 00:00:1795455983.230309    4603 port.cc:153] oneDNN custom operations are on. "
           b"You may see slightly different numerical results\n")
@@ -48,3 +49,17 @@ def test_filtered_stderr_writes_back_when_the_block_raises(capfd):
 def test_import_tensorflow_quietly_leaves_tensorflow_imported():
     import_tensorflow_quietly()
     assert "tensorflow" in sys.modules
+
+
+def test_matplotlib_is_held_back_within_the_block_alone(monkeypatch):
+    import importlib.util
+
+    monkeypatch.delitem(sys.modules, "matplotlib", raising=False)  # as before any import
+    with matplotlib_held_back():
+        with pytest.raises(ImportError):
+            import matplotlib  # noqa: F401
+    assert "matplotlib" not in sys.modules and importlib.util.find_spec("matplotlib")
+    monkeypatch.setitem(sys.modules, "matplotlib", sys)  # imported before (any module will do)
+    with matplotlib_held_back():
+        import matplotlib  # noqa: F811
+    assert matplotlib is sys and sys.modules["matplotlib"] is sys

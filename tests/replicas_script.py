@@ -20,9 +20,13 @@ import os
 import sys
 
 import numpy as np
-import tensorflow as tf
 
-from tiny_run import dataset_fn, merged, synthetic_halves, use_two_logical_cpus
+from pipelines.startup import matplotlib_held_back
+
+with matplotlib_held_back():  # as the CLI imports TensorFlow
+    import tensorflow as tf
+
+from tiny_run import dataset_fn, merged, synthetic_halves, use_two_logical_cpus  # noqa: E402
 
 use_two_logical_cpus()
 

@@ -56,8 +56,8 @@ def matplotlib_held_back() -> Iterator[None]:
     """Within the block, `import matplotlib` fails (ImportError) unless it was imported before;
     afterwards it imports as usual. Keras, which TensorFlow imports, imports matplotlib.pyplot
     for plotting helpers the CLI never calls, and goes without them when it cannot: that import
-    is an eighth of TensorFlow's (0.45 of 3.6 CPU-seconds; `pipelines.visualize` imports
-    matplotlib when it draws)."""
+    was a fifth of TensorFlow's start-up (docs/figures.md). `pipelines.visualize` imports
+    matplotlib when it draws."""
     held = "matplotlib" not in sys.modules
     if held:
         sys.modules["matplotlib"] = None  # type: ignore[assignment]  # Python's import block

@@ -59,7 +59,8 @@ def test_cached_step_decoding_matches_teacher_forcing(variant):
     teacher_forced = logits_of(model, SOURCE, TARGET)
     memory, memory_mask = model.encode(tf.constant(SOURCE))
     cache = model.init_cache(memory, memory_mask)
-    step = tf.function(model.decode_step, reduce_retracing=True, autograph=False)  # the growing cache: 2 traces
+    # the growing cache: 2 traces
+    step = tf.function(model.decode_step, reduce_retracing=True, autograph=False)
     steps = []
     for t in range(TARGET.shape[1]):
         logits, cache = step(tf.constant(TARGET[:, t]), tf.constant(t), cache)

@@ -82,7 +82,8 @@ def test_fixed_size_decoder_cache_equals_the_growing_one():
         y, cache = layer.step(x[:, t], cache, memory_mask)
         growing.append(y)
 
-    @tf.function(jit_compile=True, autograph=False)  # the fixed cache's in-place write runs under XLA
+    # the fixed cache's in-place write runs under XLA
+    @tf.function(jit_compile=True, autograph=False)
     def fixed_steps(x: tf.Tensor, memory: tf.Tensor) -> tf.Tensor:
         cache = layer.init_cache(memory, length=7)
         outputs = []

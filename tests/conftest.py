@@ -37,11 +37,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # CTranslate2's CPU time (docs/decoding-speed.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from pipelines.startup import matplotlib_held_back  # noqa: E402 (after the environment is set)
+from pipelines.startup import matplotlib_held_back, tune_garbage_collector  # noqa: E402
 
 with matplotlib_held_back():  # TensorFlow (prepare's import) without Keras's matplotlib, as the CLI
     from pipelines.config import load_config
     from pipelines.corpus.prepare import PrepareSummary, prepare
+tune_garbage_collector()  # as the CLI, after TensorFlow's import
 
 
 # The files that take a worker longest, slowest first (seconds of one worker in a full run on
@@ -313,7 +314,7 @@ def shortlist_export(shortlist_run: Path, tmp_path_factory: pytest.TempPathFacto
     """`export_run` of shortlist_run: every format, the SavedModel's beam search compiled by
     XLA up to batch 4 and larger batches in two graph searches side by side
     (export.saved_model_xla_max_batch 4, saved_model_parallel_searches 2), so that it holds
-    every search; the exports TF Serving's tests serve (saved_model_server). About 45 CPU-s."""
+    every search; the export tests/test_serving.py serves. About 45 CPU-s."""
     from pipelines.export import export_run
 
     def build(directory: Path) -> None:
@@ -341,18 +342,6 @@ def shortlist_translator(shortlist_run: Path, export_translator):
 @pytest.fixture(scope="session")
 def onnx_dir(exported) -> Path:
     return exported.onnx
-
-
-@pytest.fixture(scope="session")
-def saved_model_server(shortlist_export):
-    """The shortlisted SavedModel (XLA up to batch 4, two graph searches above) as TF Serving
-    loads it (tests/test_serving.py's SessionServer: the TF1 session loader, tag "serve"),
-    once per process: tests only send it requests. Its first request to each signature costs
-    2-15 CPU-s (Grappler optimizes the signature's graph, functions inlined), each batch
-    shape up to 4 rows about 4 CPU-s more (XLA compiles it)."""
-    from test_serving import SessionServer
-
-    return SessionServer(shortlist_export.saved_model)
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,11 @@ import sys
 
 import numpy as np
 
-from pipelines.startup import matplotlib_held_back
+from pipelines.startup import matplotlib_held_back, tune_garbage_collector
 
 with matplotlib_held_back():  # as the CLI imports TensorFlow
     import tensorflow as tf
+tune_garbage_collector()
 
 from tiny_run import dataset_fn, merged, synthetic_halves, use_two_logical_cpus  # noqa: E402
 

@@ -1,13 +1,12 @@
 """Scoring given translations (issue 29): keras_transformer/scoring.py, the SavedModel's
-`score` signature (also as TF Serving runs it), CTranslate2's score_batch, and the `score`
-command with its bad input."""
+`score` signature (as TF Serving runs it: tests/test_serving.py), score.onnx, CTranslate2's
+score_batch, and the `score` command with its bad input."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from export.ct2_runtime import CTranslate2Translator
 from export.onnx_runtime import OnnxTranslator
-from export.serving.client import predict_request
 from export_helpers import EOS_ID, PAD_ID, SENTENCES, output_lengths
 from keras_transformer.scoring import score_targets
 from pipelines.cli import main
@@ -46,8 +45,10 @@ def test_a_target_longer_than_the_model_accepts_fails_uncut(export_translator):
         score_targets(export_translator.model, tf.constant([[40, EOS_ID]]), too_long)
 
 
-def test_the_signature_the_server_onnx_and_ctranslate2_give_the_same_scores(
-        saved_model_server, saved_model_translator, exported, export_translator):
+def test_the_signature_onnx_and_ctranslate2_give_the_same_scores(
+        saved_model_translator, exported, export_translator):
+    """The SavedModel's `score` signature, score.onnx and CTranslate2's score_batch (TF
+    Serving's session: tests/test_serving.py)."""
     pairs = list(zip(SENTENCES[:len(TARGETS)], TARGETS))
     expected = export_translator.score_pairs(pairs)
     for scorer in (saved_model_translator, OnnxTranslator(exported.onnx),
@@ -59,12 +60,6 @@ def test_the_signature_the_server_onnx_and_ctranslate2_give_the_same_scores(
         np.testing.assert_allclose(np.concatenate([s.token_log_probs for s in scores]),
                                    np.concatenate([s.token_log_probs for s in expected]),
                                    atol=1e-4)
-    server = saved_model_server
-    texts, targets = (np.array(side, object) for side in zip(*pairs))
-    response = server.predict(predict_request("tiny", {"text": texts, "target": targets},
-                                              "score"))
-    np.testing.assert_allclose(tf.make_ndarray(response.outputs["score"]),
-                               [s.score for s in expected], rtol=1e-5)
 
 
 def test_score_command_files_tsv_tokens_and_a_resumed_output(saved_model_dir, exported,

@@ -1,7 +1,7 @@
 """The SavedModel as TF Serving runs it: loaded by the TF1 session loader with tag "serve" (as
 the C++ server does), fed PredictRequests built with tensorflow-serving-api.
 
-The export served (conftest.py's saved_model_server) holds a lexical shortlist, its beam search
+The export served (conftest.py's shortlist_export) holds a lexical shortlist, its beam search
 compiled by XLA for batches up to 4 and run as two graph searches side by side above: its
 answers are those of the graph's one beam search with the shortlist (conftest.py's
 shortlist_translator, in this process) and of the shortlisted ONNX model.
@@ -11,11 +11,13 @@ import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2
 
+from export.saved_model import switch_session_shortlist
 from export.serving.client import parse_response, predict_request, rest_payload
 from export.translator.signatures import SIGNATURES
 from export.word_alignment import parse_alignment
 from export_helpers import SENTENCES, source_ids
 from keras_transformer.tokenizer import UNK_ID
+from test_scoring import TARGETS
 from test_terminology import whole_word
 
 
@@ -53,8 +55,11 @@ class SessionServer:
 
 
 @pytest.fixture(scope="module")
-def server(saved_model_server) -> SessionServer:
-    return saved_model_server
+def server(shortlist_export) -> SessionServer:
+    """The shortlisted SavedModel served, in this file alone (a second session elsewhere would
+    pay again for what its first requests cost: 2-15 CPU-s a signature as Grappler optimizes
+    its graph, functions inlined, and about 4 more for each batch shape XLA compiles)."""
+    return SessionServer(shortlist_export.saved_model)
 
 
 @pytest.fixture(scope="module")
@@ -292,6 +297,42 @@ def test_the_align_signatures_give_each_translations_word_alignment(server, shor
         "target": np.array([text for text, _ in expected], object)}, "align"))
     assert [a.decode() for a in tf.make_ndarray(response.outputs["alignment"])] == alignments
     assert alignments[-1] == "" and all(alignments[:-1])
+
+
+def test_the_score_signature_scores_as_the_model(server, export_translator):
+    """`score` keeps every target piece (the shortlist is the search's): the scores of the
+    model in this process (tests/test_scoring.py: ONNX and CTranslate2 against it too)."""
+    pairs = list(zip(SENTENCES[:len(TARGETS)], TARGETS))
+    texts, targets = (np.array(side, object) for side in zip(*pairs))
+    response = server.predict(predict_request("tiny", {"text": texts, "target": targets},
+                                              "score"))
+    np.testing.assert_allclose(tf.make_ndarray(response.outputs["score"]),
+                               [s.score for s in export_translator.score_pairs(pairs)],
+                               rtol=1e-5)
+
+
+def test_the_session_loader_switches_the_shortlist(server, saved_model_dir,
+                                                   saved_model_translator):
+    """Switched off in the served session: the translations of the same model exported
+    without a table; on again: the shortlisted ones. An export without a shortlist has
+    nothing to switch: its MetaGraphDef (what the loader returns, read from saved_model.pb
+    without loading it: about 2.7 CPU-s) names no switch, and a session of nothing is left
+    untouched."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    shortlisted = translate(server, SENTENCES)[0]
+    assert switch_session_shortlist(server.session, server.meta_graph, False)
+    try:
+        full = translate(server, SENTENCES)[0]
+    finally:  # the server is the process's
+        assert switch_session_shortlist(server.session, server.meta_graph, True)
+    assert full == saved_model_translator.translate(SENTENCES)["translation"] != shortlisted
+    assert translate(server, SENTENCES)[0] == shortlisted
+    plain, = saved_model_pb2.SavedModel.FromString(
+        (saved_model_dir / "saved_model.pb").read_bytes()).meta_graphs  # tags: serve
+    assert list(plain.meta_info_def.tags) == ["serve"]
+    with tf.compat.v1.Session(graph=tf.Graph()) as empty:
+        assert not switch_session_shortlist(empty, plain, False)
 
 
 def terms_request(server: SessionServer, lines, terms) -> dict[str, np.ndarray]:

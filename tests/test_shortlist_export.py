@@ -11,14 +11,13 @@ import tensorflow as tf
 from export.ct2_runtime import VMAP_NAME, CTranslate2Translator
 from export.metadata import saved_model_metadata
 from export.onnx_runtime import OnnxTranslator
-from export.saved_model import WARMUP_FILE, SavedModelTranslator, switch_session_shortlist
+from export.saved_model import WARMUP_FILE, SavedModelTranslator
 from export_helpers import SENTENCES, source_ids
 from keras_transformer.compiled_search import bucket_sources
 from keras_transformer.shortlist_table import ShortlistTable
 from op_audit import compiled_functions, discarded_nodes, op_audit, serving_registry_problems
 from pipelines.paths import RunPaths
 from test_batch_invariance import batches
-from test_serving import translate
 
 pytestmark = pytest.mark.slow
 
@@ -166,31 +165,6 @@ def test_no_shortlist_searches_every_piece(version, shortlist_export, saved_mode
         loaded_once.loaded.shortlist_enabled.assign(True)
     with pytest.raises(ExportError, match="holds|hold"):
         OnnxTranslator(shortlist_export.onnx, shortlist=False)
-
-
-def test_the_session_loader_switches_the_shortlist(saved_model_server, saved_model_dir,
-                                                   saved_model_translator):
-    """In TF1's session loader (TF Serving's: conftest's saved_model_server, this export),
-    switched off: the translations of the same model exported without a table; on again: the
-    shortlisted ones. An export without a shortlist has nothing to switch: its MetaGraphDef
-    (what the loader returns, read from saved_model.pb without loading it: about 2.7 CPU-s)
-    names no switch, and a session of nothing is left untouched."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    server = saved_model_server
-    shortlisted = translate(server, SENTENCES)[0]
-    assert switch_session_shortlist(server.session, server.meta_graph, False)
-    try:
-        full = translate(server, SENTENCES)[0]
-    finally:  # the server is the process's
-        assert switch_session_shortlist(server.session, server.meta_graph, True)
-    assert full == saved_model_translator.translate(SENTENCES)["translation"] != shortlisted
-    assert translate(server, SENTENCES)[0] == shortlisted
-    plain, = saved_model_pb2.SavedModel.FromString(
-        (saved_model_dir / "saved_model.pb").read_bytes()).meta_graphs  # tags: serve
-    assert list(plain.meta_info_def.tags) == ["serve"]
-    with tf.compat.v1.Session(graph=tf.Graph()) as empty:
-        assert not switch_session_shortlist(empty, plain, False)
 
 
 def test_translate_no_shortlist_through_the_cli(shortlist_export, tmp_path, capsys):

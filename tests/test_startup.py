@@ -4,8 +4,9 @@ import sys
 
 import pytest
 
-from pipelines.startup import (filtered_stderr, import_tensorflow_quietly, is_noise,
-                               matplotlib_held_back)
+from pipelines.startup import (YOUNG_COLLECTION_EVERY, filtered_stderr,
+                               import_tensorflow_quietly, is_noise, matplotlib_held_back,
+                               tune_garbage_collector)
 
 ONEDNN = (b"I0000 00:00:1795455983.230309    4603 port.cc:153] oneDNN custom operations are on. "
           b"You may see slightly different numerical results\n")
@@ -63,3 +64,28 @@ def test_matplotlib_is_held_back_within_the_block_alone(monkeypatch):
     with matplotlib_held_back():
         import matplotlib  # noqa: F811
     assert matplotlib is sys and sys.modules["matplotlib"] is sys
+
+
+def test_the_tuned_collector_still_collects_cycles_unasked():
+    """Once per process (conftest, as the CLI, after TensorFlow's import): the start-up's
+    objects frozen, young collections every YOUNG_COLLECTION_EVERY allocations; a cycle made
+    afterwards is collected without a gc.collect() once that many objects were allocated."""
+    import gc
+    import weakref
+
+    tune_garbage_collector()
+    tune_garbage_collector()  # a second call changes nothing
+    assert gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY and gc.get_freeze_count() > 0
+
+    class Node:
+        pass
+
+    gc.collect(0)  # the young generation's count back to 0
+    node = Node()
+    node.self = node  # a reference cycle: refcounting alone never frees it
+    alive = weakref.ref(node)
+    del node
+    kept = [[] for _ in range(YOUNG_COLLECTION_EVERY // 2)]
+    assert alive() is not None  # not yet: fewer allocations than the threshold
+    kept += [[] for _ in range(2 * YOUNG_COLLECTION_EVERY)]
+    assert alive() is None and len(kept) == 5 * YOUNG_COLLECTION_EVERY // 2

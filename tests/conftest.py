@@ -37,12 +37,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # CTranslate2's CPU time (docs/decoding-speed.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from pipelines.config import load_config  # noqa: E402 (after the environment is set)
 from pipelines.startup import matplotlib_held_back, tune_garbage_collector  # noqa: E402
-
-with matplotlib_held_back():  # TensorFlow (prepare's import) without Keras's matplotlib, as the CLI
-    from pipelines.config import load_config
-    from pipelines.corpus.prepare import PrepareSummary, prepare
-tune_garbage_collector()  # as the CLI, after TensorFlow's import
 
 
 # The files that take a worker longest, slowest first (seconds of one worker in a full run on
@@ -110,7 +106,11 @@ def pytest_configure(config: pytest.Config) -> None:
         threads = str(max(1, (os.cpu_count() or 1) // workers))
         for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
             os.environ.setdefault(name, threads)
-    import tensorflow as tf
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # xdist's controller: its workers run the tests (and import TensorFlow)
+    with matplotlib_held_back():  # TensorFlow imported as the CLI imports it
+        import tensorflow as tf
+    tune_garbage_collector()
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
 
@@ -160,8 +160,10 @@ def shared_directory(tmp_path_factory: pytest.TempPathFactory, name: str,
 
 
 @pytest.fixture(scope="session")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> PrepareSummary:
-    """`prepare demo` (bible:en-fr, 8000 BPE pieces) written under a temporary run_dir."""
+def demo_run(tmp_path_factory: pytest.TempPathFactory):
+    """`prepare demo` (bible:en-fr, 8000 BPE pieces) written under a temporary run_dir: its
+    PrepareSummary."""
+    from pipelines.corpus.prepare import prepare
 
     def build(directory: Path) -> None:
         config = dataclasses.replace(load_config("demo"), run_dir=str(directory / "demo"))

@@ -62,7 +62,7 @@ def tune_garbage_collector() -> None:
     now (after TensorFlow's import, its and Keras's modules: about 280,000) are moved out of
     its reach (`gc.freeze`), and a young collection runs every YOUNG_COLLECTION_EVERY net
     allocations instead of 700. Tracing a search or converting it to ONNX allocates millions
-    of objects; at the defaults, the collector's passes over all that is alive took a tenth of
+    of objects; at the defaults, the collector's passes over all that is alive took an eighth of
     an export's CPU time (docs/figures.md). Cycles are still collected, in fewer passes."""
     gc.freeze()
     gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])

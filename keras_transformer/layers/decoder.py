@@ -65,11 +65,11 @@ class DecoderLayer(EncoderLayer):
         scores: dict[str, tf.Tensor] = {}
         x = self.self_attention_block(
             x, sublayer=record_attention(self.self_attention, scores, "self_attention",
-                                   attention_mask=attention_mask, training=training),
+                                         attention_mask=attention_mask, training=training),
             training=training)
         x = self.cross_attention_block(
             x, sublayer=record_attention(self.cross_attention, scores, "cross_attention", memory,
-                                   attention_mask=memory_mask, training=training),
+                                         attention_mask=memory_mask, training=training),
             training=training)
         x = self.feed_forward_block(
             x, sublayer=lambda h: self.feed_forward(h, training=training),

@@ -38,7 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from pipelines.config import load_config  # noqa: E402 (after the environment is set)
-from pipelines.startup import matplotlib_held_back, tune_garbage_collector  # noqa: E402
+from pipelines.startup import import_tensorflow_quietly  # noqa: E402
 
 
 # The files that take a worker longest, slowest first (seconds of one worker in a full run on
@@ -108,9 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ.setdefault(name, threads)
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return  # xdist's controller: its workers run the tests (and import TensorFlow)
-    with matplotlib_held_back():  # TensorFlow imported as the CLI imports it
-        import tensorflow as tf
-    tune_garbage_collector()
+    import_tensorflow_quietly()  # as the CLI: without matplotlib, the collector tuned
+    import tensorflow as tf
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
 

@@ -21,11 +21,10 @@ import sys
 
 import numpy as np
 
-from pipelines.startup import matplotlib_held_back, tune_garbage_collector
+from pipelines.startup import import_tensorflow_quietly
 
-with matplotlib_held_back():  # as the CLI imports TensorFlow
-    import tensorflow as tf
-tune_garbage_collector()
+import_tensorflow_quietly()  # as the CLI imports TensorFlow
+import tensorflow as tf  # noqa: E402
 
 from tiny_run import dataset_fn, merged, synthetic_halves, use_two_logical_cpus  # noqa: E402
 

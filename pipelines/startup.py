@@ -59,11 +59,11 @@ def import_tensorflow_quietly() -> None:
 @functools.cache
 def tune_garbage_collector() -> None:
     """Python's cycle collector set for building graphs, once per process: the objects alive
-    now (after TensorFlow's import, its and Keras's modules: about 280,000) are moved out of
-    its reach (`gc.freeze`), and a young collection runs every YOUNG_COLLECTION_EVERY net
-    allocations instead of 700. Tracing a search or converting it to ONNX allocates millions
-    of objects; at the defaults, the collector's passes over all that is alive took an eighth of
-    an export's CPU time (docs/figures.md). Cycles are still collected, in fewer passes."""
+    now (TensorFlow's and Keras's modules, after their import) are moved out of its reach
+    (`gc.freeze`), and a young collection runs every YOUNG_COLLECTION_EVERY net allocations
+    instead of 700. Tracing a search or converting it to ONNX allocates millions of objects,
+    which the default thresholds walk over and over (its cost: docs/figures.md). Cycles are
+    still collected, in fewer passes."""
     gc.freeze()
     gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])
 

@@ -237,6 +237,15 @@ def bleu(batches: list[dict], references: list[str], spm_model: Path) -> float:
     return sacrebleu.corpus_bleu(hypotheses, [references]).score
 
 
+def ct2_backend() -> str:
+    """CTranslate2's matrix-multiplication library as its CT2_USE_MKL variable chooses it: a
+    figure of CTranslate2 depends on it (docs/decoding-speed.md, the Intel Xeon's section)."""
+    setting = os.environ.get("CT2_USE_MKL")
+    if setting is None:
+        return "CTranslate2: CT2_USE_MKL unset (Intel MKL on an Intel CPU, oneDNN on others)"
+    return f"CTranslate2: CT2_USE_MKL={setting}"
+
+
 def report(results: dict[str, dict[int, list[dict]]], about: str, shortlist: str,
            threads: int, bleus: dict[str, float]) -> str:
     """Throughput per runtime and batch size (first runs), as a share of its FULL twin's
@@ -244,6 +253,7 @@ def report(results: dict[str, dict[int, list[dict]]], about: str, shortlist: str
     length (fastest runs) with a linear fit per runtime."""
     lines = [f"model: {about}", f"shortlist: {shortlist}",
              f"{threads} thread(s) per runtime (tf-parallel: {threads} inter-op, 1 intra-op)",
+             *([ct2_backend()] if any(name.startswith("ct2-") for name in results) else []),
              "", f"{'runtime':<34}{'batch':>6}{'sentences':>11}{'sent/s':>9}{'tokens/s':>10}"
              f"{'vs full':>9}{'BLEU':>7}"]
     for runtime, by_batch in results.items():

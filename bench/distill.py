@@ -7,10 +7,11 @@ each, and their decoding speed in every runtime (bench/decode_speed.py on each r
 
 Runs, each on pipelines/configs/demo.yaml's corpus (bible:en-fr) and its recipe compressed to a
 fixed number of updates, the same on every machine:
-- teacher: a size of the ladder (`--teacher`, pipelines/config/model.py SIZE_LADDER), trained,
+- teacher: a shape (`--teacher`: `3x256`, `6+2x192`, in the proportions of
+  pipelines/config/model.py's SIZE_LADDER) or a preset, trained,
   averaged, evaluated and exported (SavedModel, ONNX, CTranslate2);
 - student: `data.distill_from` the teacher (prepare translates the train sources with the
-  teacher's CTranslate2 model), `model.preset` `--student` (a preset, or a ladder size), then
+  teacher's CTranslate2 model), `model.preset` `--student` (a preset or a shape), then
   the same stages;
 - student-reference (with --reference): the student's shape on the references, no teacher,
   to see what distillation adds.
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from fine_tune import cli  # bench/fine_tune.py
 from keras_transformer.precision import cpu_flags
-from pipelines.config.model import SIZE_LADDER
+from pipelines.config.model import size_fields
 from pipelines.doctor import ISA_FLAGS
 from pipelines.paths import RunPaths
 from prepare_scale import machine  # bench/prepare_scale.py
@@ -36,16 +38,25 @@ from tagged_back_translation import Steps, write_config
 SPEED_RUNTIMES = "tf,tf-parallel,onnx,onnx-int8,ct2-float32,ct2-int8"  # decode_speed.py's
 
 
+SHAPE = re.compile(r"(\d+)(?:\+(\d+))?x(\d+)")  # LAYERSxWIDTH or ENCODER+DECODERxWIDTH
+
+
 def model_keys(name: str) -> dict:
-    """The `model` keys of a ladder size (`3x256`) or a preset (`student`)."""
-    return {"preset": "small", **SIZE_LADDER[name]} if name in SIZE_LADDER else {"preset": name}
+    """The `model` keys of a preset (`student`) or a shape in the ladder's proportions: `6x256`
+    (six layers a side, as the ladder's `3x256`), `6+2x192` (six encoder layers, two decoder
+    layers)."""
+    shape = SHAPE.fullmatch(name)
+    if not shape:
+        return {"preset": name}
+    encoder, decoder, width = shape.groups()
+    return {"preset": "small", **size_fields(int(encoder), int(decoder or encoder), int(width))}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--teacher", default="3x256", help="a size of the ladder or a preset")
+    parser.add_argument("--teacher", default="3x256", help="a preset or a shape (3x256, 6+2x192)")
     parser.add_argument("--teacher-steps", type=int, default=2400)
-    parser.add_argument("--student", default="student", help="a preset or a size of the ladder")
+    parser.add_argument("--student", default="student", help="a preset or a shape (3x256, 6+2x192)")
     parser.add_argument("--student-steps", type=int, default=2400)
     parser.add_argument("--reference", action="store_true",
                         help="also train the student's shape on the references")

@@ -26,8 +26,19 @@ from pipelines.yaml_dataclasses import ConfigError, FieldError
 VOCABULARY_FIELDS = ("vocab_size", "pad_id")  # ModelConfig fields set by the run's tokenizer
 AUTO_PRESET = "small"  # the preset whose other fields (dropout, label smoothing...) auto keeps
 SIZE_FIELDS = ("num_encoder_layers", "num_decoder_layers", "d_model", "d_ff", "num_heads")
+
+
+def size_fields(encoder_layers: int, decoder_layers: int, width: int) -> dict[str, int]:
+    """The SIZE_FIELDS of a shape in the `small` preset's proportions: d_ff 4 x width, 4 heads.
+
+    >>> size_fields(6, 2, 192)["d_ff"]
+    768
+    """
+    return dict(zip(SIZE_FIELDS, (encoder_layers, decoder_layers, width, 4 * width, 4)))
+
+
 SIZE_LADDER: dict[str, dict[str, Any]] = {
-    name: dict(zip(SIZE_FIELDS, (layers, layers, width, 4 * width, 4)))
+    name: size_fields(layers, layers, width)
     for name, layers, width in (("2x128", 2, 128), ("3x192", 3, 192), ("3x256", 3, 256))
 }
 

@@ -40,6 +40,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pipelines.config import load_config  # noqa: E402 (after the environment is set)
 from pipelines.startup import import_tensorflow_quietly  # noqa: E402
 
+if typing.TYPE_CHECKING:  # the fixtures' types, not imported at run time (they import TensorFlow)
+    from export.saved_model import SavedModelTranslator
+    from export.translator import Translator
+    from pipelines.corpus.prepare import PrepareSummary
+    from pipelines.export import ExportSummary
+
 
 # The files that take a worker longest, slowest first (seconds of one worker in a full run on
 # a 2-core AMD EPYC Zen 4, from `pytest --junitxml`'s test times summed per file, about 85 s
@@ -159,7 +165,7 @@ def shared_directory(tmp_path_factory: pytest.TempPathFactory, name: str,
 
 
 @pytest.fixture(scope="session")
-def demo_run(tmp_path_factory: pytest.TempPathFactory):
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> "PrepareSummary":
     """`prepare demo` (bible:en-fr, 8000 BPE pieces) written under a temporary run_dir: its
     PrepareSummary."""
     from pipelines.corpus.prepare import prepare
@@ -193,7 +199,7 @@ def export_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def export_translator(export_config: Path):
+def export_translator(export_config: Path) -> "Translator":
     """A Translator (beam 4, sources cut to 40 tokens) of the run's model, restored."""
     from export.translator import Translator
     from export_helpers import make_model
@@ -209,7 +215,7 @@ def export_translator(export_config: Path):
 
 
 @pytest.fixture(scope="session")
-def greedy_translator(export_translator):
+def greedy_translator(export_translator: "Translator") -> "Translator":
     """export_translator's model decoding greedily (beam 1, sources cut to 40 tokens), in this
     process: each of its functions traced once per process (about 3 CPU-s a function)."""
     from export.translator import Translator
@@ -220,7 +226,8 @@ def greedy_translator(export_translator):
 
 
 @pytest.fixture(scope="session")
-def keras_reference(export_translator, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def keras_reference(export_translator: "Translator",
+                    tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The test sentences' source ids, and best target ids and scores of eager (Keras-level)
     beam search with beam 4: what every export must reproduce. Searched once per test run
     (about 4 CPU-seconds), the arrays shared."""
@@ -237,7 +244,8 @@ def keras_reference(export_translator, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="session")
-def exported(export_config: Path, tmp_path_factory: pytest.TempPathFactory):
+def exported(export_config: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> "ExportSummary":
     """`export_run` of that run: a SavedModel version, the ONNX and CTranslate2 models (about
     35 s). Tests that export again do it in a run of their own."""
     from pipelines.export import export_run
@@ -255,7 +263,7 @@ CORPUS_TAG = "<bt>"  # and a corpus tag, also a user symbol of its vocabulary
 
 
 @pytest.fixture(scope="session")
-def multilingual_export(tmp_path_factory: pytest.TempPathFactory):
+def multilingual_export(tmp_path_factory: pytest.TempPathFactory) -> "ExportSummary":
     """`export_run` of a multilingual run: an untrained tiny model whose vocabulary holds the
     language tokens <2fr> and <2de> and the corpus tag <bt> (user symbols), decoding greedily
     (evaluate.beam_size 1, so that CTranslate2's search is the graphs'): a SavedModel version,
@@ -280,7 +288,7 @@ def multilingual_export(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
-def saved_model_dir(exported) -> Path:
+def saved_model_dir(exported: "ExportSummary") -> Path:
     return exported.saved_model
 
 
@@ -311,7 +319,8 @@ def shortlist_run(export_translator, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture(scope="session")
-def shortlist_export(shortlist_run: Path, tmp_path_factory: pytest.TempPathFactory):
+def shortlist_export(shortlist_run: Path,
+                     tmp_path_factory: pytest.TempPathFactory) -> "ExportSummary":
     """`export_run` of shortlist_run: every format, the SavedModel's beam search compiled by
     XLA up to batch 4 and larger batches in two graph searches side by side
     (export.saved_model_xla_max_batch 4, saved_model_parallel_searches 2), so that it holds
@@ -329,7 +338,8 @@ def shortlist_export(shortlist_run: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="session")
-def shortlist_translator(shortlist_run: Path, export_translator):
+def shortlist_translator(shortlist_run: Path,
+                         export_translator: "Translator") -> "Translator":
     """export_translator's model and settings searching shortlist_run's shortlist in the graph,
     in this process (no XLA, one search): the reference of the shortlisted exports."""
     from export.translator import Translator
@@ -341,7 +351,7 @@ def shortlist_translator(shortlist_run: Path, export_translator):
 
 
 @pytest.fixture(scope="session")
-def onnx_dir(exported) -> Path:
+def onnx_dir(exported: "ExportSummary") -> Path:
     return exported.onnx
 
 
@@ -359,7 +369,7 @@ def plain_ops(tmp_path_factory: pytest.TempPathFactory) -> frozenset[str]:
 
 
 @pytest.fixture(scope="session")
-def saved_model_translator(saved_model_dir: Path):
+def saved_model_translator(saved_model_dir: Path) -> "SavedModelTranslator":
     """The exported SavedModel loaded (about 4 s a load), once per process: tests only call it."""
     from export.saved_model import SavedModelTranslator
 

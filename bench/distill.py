@@ -2,7 +2,8 @@
 each, and their decoding speed in every runtime (bench/decode_speed.py on each run).
 
     .venv/bin/python bench/distill.py [--teacher 3x256] [--teacher-steps 2400]
-                                      [--student student] [--student-steps 2400]
+                                      [--teacher-rate 2.0] [--student student]
+                                      [--student-steps 2400] [--student-rate 1.0]
                                       [--work runs/distill] [--speed-sentences 200]
 
 Runs, each on pipelines/configs/demo.yaml's corpus (bible:en-fr) and its recipe compressed to a
@@ -58,6 +59,11 @@ def main() -> None:
     parser.add_argument("--teacher-steps", type=int, default=2400)
     parser.add_argument("--student", default="student", help="a preset or a shape (3x256, 6+2x192)")
     parser.add_argument("--student-steps", type=int, default=2400)
+    parser.add_argument("--teacher-rate", type=float, default=None,
+                        help="the teacher's train.learning_rate_scale (default: the demo's 2.0, "
+                             "for 2-3 layers; 1.0 for six: docs/recipes.md)")
+    parser.add_argument("--student-rate", type=float, default=1.0,
+                        help="the student's and its reference's train.learning_rate_scale")
     parser.add_argument("--reference", action="store_true",
                         help="also train the student's shape on the references")
     parser.add_argument("--speed-sentences", type=int, default=200,
@@ -68,14 +74,17 @@ def main() -> None:
     steps = Steps.in_work(work)
     corpus = {"source": "bible:en-fr"}
     configs = {"teacher": write_config(work, "teacher", corpus, args.teacher_steps,
-                                       model=model_keys(args.teacher)),
+                                       model=model_keys(args.teacher),
+                                       learning_rate_scale=args.teacher_rate),
                "student": write_config(work, "student",
                                        {**corpus, "distill_from": str(work / "teacher")},
-                                       args.student_steps, model=model_keys(args.student))}
+                                       args.student_steps, model=model_keys(args.student),
+                                       learning_rate_scale=args.student_rate)}
     if args.reference:
         configs["student-reference"] = write_config(work, "student-reference", corpus,
                                                     args.student_steps,
-                                                    model=model_keys(args.student))
+                                                    model=model_keys(args.student),
+                                                    learning_rate_scale=args.student_rate)
     for name, config in configs.items():
         steps.evaluated_run(name, config, work / name)
         steps.run(f"{name}: export",

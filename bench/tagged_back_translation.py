@@ -37,6 +37,7 @@ reused): the training seed's noise. Results: docs/scoring-and-sampling.md,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import time
@@ -129,16 +130,21 @@ def files(source: Path, target: Path) -> dict[str, str]:
 
 
 def write_config(work: Path, name: str, data: dict, steps: int | None,
-                 seed: int | None = None, base: str = "demo", model: dict | None = None) -> Path:
+                 seed: int | None = None, base: str = "demo", model: dict | None = None,
+                 learning_rate_scale: float | None = None) -> Path:
     """work/NAME.yaml: the builtin config `base` on `data` (its vocabulary and cleaning keys
-    kept); with `steps`, the SIZE model (or `model`'s keys) on its recipe compressed to them
-    (with `seed`, trained with that train.seed instead of its own)."""
+    kept); with `steps`, the SIZE model (or `model`'s keys) on its recipe (with
+    `learning_rate_scale` instead of its own) compressed to them (with `seed`, trained with
+    that train.seed instead of its own)."""
     demo = yaml.safe_load((BUILTIN_CONFIGS / f"{base}.yaml").read_text())
     shared = {key: value for key, value in demo["data"].items()
               if key not in ("source", "corpora")}
     config = {**demo, "name": name, "run_dir": str(work / name), "data": {**shared, **data}}
     if steps:
-        recipe = Recipe.compress(load_config(base).train, steps)
+        train = load_config(base).train
+        if learning_rate_scale is not None:
+            train = dataclasses.replace(train, learning_rate_scale=learning_rate_scale)
+        recipe = Recipe.compress(train, steps)
         config["model"] = {**demo["model"], **(model or {"preset": "small", **SIZE_LADDER[SIZE]})}
         config["train"] = {**demo["train"], "steps": steps, "max_minutes": 0,
                            **{field: getattr(recipe, field) for field in RECIPE_FIELDS},

@@ -296,7 +296,8 @@ SHORTLIST = {"shortlist_k": 3, "shortlist_frequent": 20}  # small: it changes tr
 
 
 @pytest.fixture(scope="session")
-def shortlist_run(export_translator, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shortlist_run(export_translator: "Translator",
+                  tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The config of a run of export_translator's model whose vocab/shortlist.npz prepare's
     counting wrote from its train pairs (co-occurrence), its export section SHORTLIST's (about
     1 s)."""

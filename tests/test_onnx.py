@@ -148,6 +148,26 @@ def test_layer_norms_are_fused_where_they_normalise_the_last_axis(onnx_dir, expo
                                    rtol=1e-5, atol=1e-5)
 
 
+def test_a_select_is_one_where_that_keeps_tensorflows_choice_beside_infinities():
+    """tf.where converts to one Where node (tf2onnx writes Cast, Not, two Muls and an Add, whose
+    0 * inf is NaN where the value not chosen is infinite): ONNX Runtime gives TensorFlow's
+    values."""
+    import onnxruntime as ort
+
+    function = tf.function(lambda x, keep: {"y": tf.where(keep, x, tf.math.log(x))},
+                           input_signature=[tf.TensorSpec([None, 3], tf.float32),
+                                            tf.TensorSpec([None, 3], tf.bool)],
+                           autograph=False)
+    graph = convert(function, {})
+    ops = [node.op_type for node in graph.graph.node]
+    assert ops.count("Where") == 1 and not {"Cast", "Not", "Mul", "Add"} & set(ops), ops
+    x = np.array([[0.0, 1.0, 2.0], [0.5, 0.0, 3.0]], np.float32)  # log(0) = -inf
+    keep = np.array([[True, False, True], [False, True, False]])
+    session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(["y"], {"x": x, "keep": keep})[0],
+                                  function(x, keep)["y"].numpy())
+
+
 def test_the_quantizers_warnings_are_left_out_unless_verbose(onnx_dir, tmp_path, caplog):
     """ONNX Runtime's quantizer logs a warning with a protobuf dump for each tensor it keeps in
     float32; they show only with a root logger below WARNING (`--verbose`)."""

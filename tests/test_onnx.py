@@ -10,6 +10,7 @@ import logging
 
 import numpy as np
 import onnx
+import pytest
 import tensorflow as tf
 
 from export.onnx import OPSET, convert
@@ -148,6 +149,7 @@ def test_layer_norms_are_fused_where_they_normalise_the_last_axis(onnx_dir, expo
                                    rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # an ONNX conversion
 def test_a_select_is_one_where_that_keeps_tensorflows_choice_beside_infinities():
     """tf.where converts to one Where node (tf2onnx writes Cast, Not, two Muls and an Add, whose
     0 * inf is NaN where the value not chosen is infinite): ONNX Runtime gives TensorFlow's

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from fine_tune import cli  # bench/fine_tune.py
 from keras_transformer.precision import cpu_flags
+from pipelines.config import load_config
 from pipelines.config.model import size_fields
 from pipelines.doctor import ISA_FLAGS
 from pipelines.paths import RunPaths
@@ -93,15 +94,20 @@ def main() -> None:
                               "saved_model,onnx,ctranslate2"))
     flags = " ".join(flag for flag in ISA_FLAGS if flag in cpu_flags())
     print(f"\nmachine: {machine()}; {flags}")
-    print("\n| model | shape | updates | test BLEU | chrF |\n|---|---|---|---|---|")
+    print("\n| model | shape | updates | rate scale | test BLEU | chrF |\n"
+          "|---|---|---|---|---|---|")
     shapes = {"teacher": args.teacher, "student": args.student,
               "student-reference": args.student}
     updates = {"teacher": args.teacher_steps, "student": args.student_steps,
                "student-reference": args.student_steps}
+    teacher_rate = (load_config("demo").train.learning_rate_scale if args.teacher_rate is None
+                    else args.teacher_rate)
+    rates = {"teacher": teacher_rate, "student": args.student_rate,  # as asked: each config
+             "student-reference": args.student_rate}  # holds it compressed with the recipe
     for name in configs:
         scores = json.loads(RunPaths(work / name).scores("test").read_text())
-        print(f"| {name} | {shapes[name]} | {updates[name]:,} | {scores['bleu']:.2f} | "
-              f"{scores['chrf']:.2f} |")
+        print(f"| {name} | {shapes[name]} | {updates[name]:,} | {rates[name]} | "
+              f"{scores['bleu']:.2f} | {scores['chrf']:.2f} |")
     print(steps.table())
     if args.speed_sentences:
         for name in ("teacher", "student"):

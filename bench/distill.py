@@ -74,18 +74,21 @@ def main() -> None:
     work = args.work.resolve()
     steps = Steps.in_work(work)
     corpus = {"source": "bible:en-fr"}
+    rates = {"teacher": (load_config("demo").train.learning_rate_scale
+                         if args.teacher_rate is None else args.teacher_rate),
+             "student": args.student_rate, "student-reference": args.student_rate}
     configs = {"teacher": write_config(work, "teacher", corpus, args.teacher_steps,
                                        model=model_keys(args.teacher),
-                                       learning_rate_scale=args.teacher_rate),
+                                       learning_rate_scale=rates["teacher"]),
                "student": write_config(work, "student",
                                        {**corpus, "distill_from": str(work / "teacher")},
                                        args.student_steps, model=model_keys(args.student),
-                                       learning_rate_scale=args.student_rate)}
+                                       learning_rate_scale=rates["student"])}
     if args.reference:
         configs["student-reference"] = write_config(work, "student-reference", corpus,
                                                     args.student_steps,
                                                     model=model_keys(args.student),
-                                                    learning_rate_scale=args.student_rate)
+                                                    learning_rate_scale=rates["student-reference"])
     for name, config in configs.items():
         steps.evaluated_run(name, config, work / name)
         steps.run(f"{name}: export",
@@ -94,16 +97,13 @@ def main() -> None:
                               "saved_model,onnx,ctranslate2"))
     flags = " ".join(flag for flag in ISA_FLAGS if flag in cpu_flags())
     print(f"\nmachine: {machine()}; {flags}")
+    # rate scale: as asked (each config holds it compressed with the recipe)
     print("\n| model | shape | updates | rate scale | test BLEU | chrF |\n"
           "|---|---|---|---|---|---|")
     shapes = {"teacher": args.teacher, "student": args.student,
               "student-reference": args.student}
     updates = {"teacher": args.teacher_steps, "student": args.student_steps,
                "student-reference": args.student_steps}
-    teacher_rate = (load_config("demo").train.learning_rate_scale if args.teacher_rate is None
-                    else args.teacher_rate)
-    rates = {"teacher": teacher_rate, "student": args.student_rate,  # as asked: each config
-             "student-reference": args.student_rate}  # holds it compressed with the recipe
     for name in configs:
         scores = json.loads(RunPaths(work / name).scores("test").read_text())
         print(f"| {name} | {shapes[name]} | {updates[name]:,} | {rates[name]} | "

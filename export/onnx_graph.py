@@ -194,7 +194,7 @@ def _select_operands(producers: dict[str, onnx.NodeProto],
 def _made_by(producers: dict[str, onnx.NodeProto], name: str | None,
              op_type: str) -> onnx.NodeProto | None:
     """The node of `op_type` whose output `name` is, else None."""
-    node = producers.get(name) if name is not None else None
+    node = producers.get(name)
     return node if node is not None and node.op_type == op_type else None
 
 

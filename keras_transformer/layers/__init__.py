@@ -6,10 +6,11 @@ from keras_transformer.layers.encoder import EncoderLayer
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.positional_encoding import (
     LearnedPositionalEmbedding, SinusoidalPositionalEncoding)
+from keras_transformer.layers.projection import Projection
 from keras_transformer.layers.sublayer import ResidualSublayer
 
 __all__ = [
     "DecoderLayer", "EncoderLayer", "LearnedPositionalEmbedding", "MultiHeadAttention",
-    "PositionwiseFeedForward", "ResidualSublayer", "SharedEmbedding",
+    "PositionwiseFeedForward", "Projection", "ResidualSublayer", "SharedEmbedding",
     "SinusoidalPositionalEncoding",
 ]

@@ -23,6 +23,8 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
+from keras_transformer.layers.projection import Projection
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
@@ -47,12 +49,12 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dim = key_dim
         self.value_dim = value_dim
         self.dropout = dropout
-        self.query_dense = keras.layers.Dense(num_heads * key_dim, dtype=self.dtype_policy,
-                                              name="query")
-        self.key_dense = keras.layers.Dense(num_heads * key_dim, dtype=self.dtype_policy,
-                                            name="key")
-        self.value_dense = keras.layers.Dense(num_heads * value_dim, dtype=self.dtype_policy,
-                                              name="value")
+        self.query_dense = Projection(num_heads * key_dim, dtype=self.dtype_policy,
+                                      name="query")
+        self.key_dense = Projection(num_heads * key_dim, dtype=self.dtype_policy,
+                                    name="key")
+        self.value_dense = Projection(num_heads * value_dim, dtype=self.dtype_policy,
+                                      name="value")
         self.output_dense = None
         self.weights_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
@@ -62,7 +64,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.query_dense.build(query_shape)
         self.key_dense.build(key_value_shape)
         self.value_dense.build(key_value_shape)
-        self.output_dense = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="output")
+        self.output_dense = Projection(d_model, dtype=self.dtype_policy, name="output")
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
 
     def project_key_value(self, key_value: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_transformer.layers.projection import Projection
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -31,15 +33,15 @@ class PositionwiseFeedForward(keras.layers.Layer):
         super().__init__(**kwargs)
         self.d_ff = d_ff
         self.relu_dropout = relu_dropout
-        self.inner_dense = keras.layers.Dense(d_ff, activation="relu", dtype=self.dtype_policy,
-                                              name="inner")
+        self.inner_dense = Projection(d_ff, activation="relu", dtype=self.dtype_policy,
+                                      name="inner")
         self.activation_dropout = keras.layers.Dropout(relu_dropout, dtype=self.dtype_policy)
         self.outer_dense = None
 
     def build(self, input_shape) -> None:
         self.inner_dense.build(input_shape)
-        self.outer_dense = keras.layers.Dense(input_shape[-1], dtype=self.dtype_policy,
-                                              name="outer")
+        self.outer_dense = Projection(input_shape[-1], dtype=self.dtype_policy,
+                                      name="outer")
         self.outer_dense.build((*input_shape[:-1], self.d_ff))
 
     def call(self, x: tf.Tensor, training: bool | None = None) -> tf.Tensor:

@@ -35,5 +35,5 @@ class Projection(keras.layers.Dense):
             outputs = tf.reshape(tf.matmul(rows, self.kernel),
                                  tf.concat([tf.shape(inputs)[:-1], [self.units]], axis=0))
         if self.bias is not None:
-            outputs = tf.nn.bias_add(outputs, self.bias)  # as Keras adds it: MatMul fuses it
+            outputs = tf.nn.bias_add(outputs, self.bias)  # the op Keras adds a bias with
         return outputs if self.activation is None else self.activation(outputs)

@@ -32,3 +32,16 @@ def test_a_sequence_is_one_matrix_product_without_tensordots_shape_arithmetic():
     assert kinds.count("MatMul") == 1
     assert not {"GatherV2", "Prod", "Transpose", "BatchMatMulV2"} & set(kinds)
     assert graph.outputs[0].shape.as_list() == [None, None, 6]
+
+
+def test_restores_a_keras_dense_checkpoint(tmp_path):
+    """Runs trained when the projections were keras.layers.Dense restore into Projection: the
+    same checkpoint keys, every value read."""
+    dense = keras.layers.Dense(6)
+    dense.build((None, 4))
+    prefix = tf.train.Checkpoint(layer=dense).write(str(tmp_path / "ckpt"))
+    projection = Projection(6)
+    projection.build((None, 4))
+    tf.train.Checkpoint(layer=projection).read(prefix).assert_consumed()
+    for restored, saved in zip(projection.get_weights(), dense.get_weights(), strict=True):
+        np.testing.assert_array_equal(restored, saved)

@@ -22,9 +22,11 @@ into the output and every tensor of the others (the cache too) is gathered to th
 remain; an outer loop repeats this until no sentence is active. With stop "bound", beam
 search is exact when beam_size covers every extension at every step.
 
-Its graph converts to ONNX: no TensorArray, no gather_nd, no batch_dims, and no cache tensor
-passes through a Reshape (the op inventory and the reasons: docs/decoding-speed.md, "Beam
-search in the graph: its ops and costs (`keras_transformer/decoding.py`)").
+Its graph converts to ONNX: no TensorArray (beams are gathered with tf.gather's batch
+dimension, GatherND in ONNX), and no cache tensor passes through a Reshape. A step computes no
+shape: what every step of a round reads (reshape targets, row offsets, maximum lengths) is
+built before the round's inner loop (the op inventory and the reasons: docs/decoding-speed.md,
+"Beam search in the graph: its ops and costs (`keras_transformer/decoding.py`)").
 
 Example:
     ids, scores = beam_search(fn, cache, max_lengths, beam_size=4, bos_id=BOS_ID,
@@ -115,9 +117,11 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
         def none_done(beams: BeamState) -> tf.Tensor:
             return ~tf.reduce_any(sentences_done(beams, state.max_lengths, alpha, stop))
 
+        invariants = _RoundInvariants.of(state.max_lengths, beam_size)  # outside the steps
+
         def step(beams: BeamState) -> tuple[BeamState]:
-            return (_beam_step(beams, symbols_to_logits_fn, state.max_lengths,
-                               beam_size=beam_size, eos_id=eos_id, alpha=alpha, pad_id=pad_id),)
+            return (_beam_step(beams, symbols_to_logits_fn, invariants, beam_size=beam_size,
+                               eos_id=eos_id, alpha=alpha, pad_id=pad_id),)
 
         (beams,) = tf.while_loop(none_done, step, (state.beams,),
                                  shape_invariants=(beam_invariants,))
@@ -171,40 +175,64 @@ def _output_lengths(ids: tf.Tensor, max_lengths: tf.Tensor, eos_id: int) -> tf.T
     return tf.minimum(first_eos, max_lengths)
 
 
+class _RoundInvariants(NamedTuple):
+    """What every step of a round reads and none changes (the active sentences' maximum
+    lengths, reshape targets, row offsets), built before the round's inner loop, which
+    captures them: no step computes a shape (in ONNX they are read from outside its body)."""
+    max_lengths: tf.Tensor  # int32 [batch, 1]
+    rows: tf.Tensor         # int32 [2]: (batch * beam, -1)
+    beams: tf.Tensor        # int32 [3]: (batch, beam, -1)
+    extensions: tf.Tensor   # int32 [2]: (batch, -1)
+    first_rows: tf.Tensor   # int32 [batch, 1]: each sentence's first row, b * beam
+
+    @classmethod
+    def of(cls, max_lengths: tf.Tensor, beam_size: int) -> _RoundInvariants:
+        batch = tf.size(max_lengths)
+        return cls(max_lengths=tf.expand_dims(max_lengths, 1),
+                   rows=tf.stack([batch * beam_size, -1]), beams=tf.stack([batch, beam_size, -1]),
+                   extensions=tf.stack([batch, -1]),
+                   first_rows=tf.expand_dims(tf.range(batch), 1) * beam_size)
+
+
 def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
-               max_lengths: tf.Tensor, *, beam_size: int, eos_id: int, alpha: float,
+               invariants: _RoundInvariants, *, beam_size: int, eos_id: int, alpha: float,
                pad_id: int) -> BeamState:
     """Extends the alive set by one token and updates both sets and the cache."""
-    batch = tf.shape(state.alive_seq)[0]
-    flat_seq = tf.reshape(state.alive_seq, [batch * beam_size, -1])  # [batch * beam, step + 1]
+    flat_seq = tf.reshape(state.alive_seq, invariants.rows)  # [batch * beam, step + 1]
     log_probs, cache = log_probs_step(symbols_to_logits_fn, flat_seq, state.step, state.cache)
-    vocab = tf.shape(log_probs)[1]
-    log_probs = tf.reshape(log_probs, [batch, beam_size, vocab])
-    log_probs += state.alive_log_probs[:, :, None]  # [batch, beam, vocab]
-    candidate_log_probs, flat_index = beam_top_k(
-        tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size)  # [batch, 2 * beam]
+    static_vocab = log_probs.shape[1]  # None under a shortlist: its union's size
+    vocab = static_vocab or tf.shape(log_probs)[1]
+    log_probs = tf.reshape(log_probs, invariants.beams)  # [batch, beam, vocab]
+    log_probs.set_shape([None, beam_size, static_vocab])  # the captured shape tells none
+    log_probs += tf.expand_dims(state.alive_log_probs, 2)  # [batch, beam, vocab]
+    extensions = tf.reshape(log_probs, invariants.extensions)  # [batch, beam * vocab]
+    extensions.set_shape([None, static_vocab and beam_size * static_vocab])
+    candidate_log_probs, flat_index = beam_top_k(extensions, k=2 * beam_size)  # [batch, 2 * beam]
     origin = flat_index // vocab  # [batch, 2 * beam]: the alive beam extended
     tokens = flat_index - origin * vocab  # [batch, 2 * beam]
-    candidate_seq = tf.concat([_gather_beams(state.alive_seq, origin), tokens[:, :, None]],
-                              axis=2)  # [batch, 2 * beam, step + 2]
+    candidate_seq = tf.concat([_gather_beams(state.alive_seq, origin),
+                               tf.expand_dims(tokens, 2)], axis=2)  # [batch, 2 * beam, step + 2]
 
     length = state.step + 1
-    ends = (tokens == eos_id) | (length >= max_lengths[:, None])  # [batch, 2 * beam]
+    max_lengths = invariants.max_lengths  # [batch, 1]
+    ends = (tokens == eos_id) | (length >= max_lengths)  # [batch, 2 * beam]
     finishes = (ends & (tf.range(2 * beam_size) < beam_size)  # among the beam best
-                & (candidate_log_probs > NEG_INF / 2) & (length <= max_lengths[:, None]))
+                & (candidate_log_probs > NEG_INF / 2) & (length <= max_lengths))
     candidate_scores = tf.where(finishes, candidate_log_probs / length_penalty(length, alpha),
                                 NEG_INF)  # [batch, 2 * beam]
     padded_finished_seq = tf.pad(state.finished_seq, [[0, 0], [0, 0], [0, 1]],
                                  constant_values=pad_id)  # [batch, beam, step + 2]
-    finished_scores, finished_index = tf.math.top_k(
-        tf.concat([state.finished_scores, candidate_scores], axis=1), k=beam_size)
+    finished_scores, finished_index = tf.math.top_k(  # int64: the index ONNX's gather takes
+        tf.concat([state.finished_scores, candidate_scores], axis=1), k=beam_size,
+        index_type=tf.int64)
     finished_seq = _gather_beams(tf.concat([padded_finished_seq, candidate_seq], axis=1),
                                  finished_index)  # [batch, beam, step + 2]
 
     alive_log_probs, alive_index = tf.math.top_k(
-        tf.where(ends, NEG_INF, candidate_log_probs), k=beam_size)  # [batch, beam]
+        tf.where(ends, NEG_INF, candidate_log_probs), k=beam_size,
+        index_type=tf.int64)  # [batch, beam]
     alive_origin = _gather_beams(origin, alive_index)  # [batch, beam]
-    cache_index = tf.reshape(_flat_index(alive_origin, beam_size), [-1])  # [batch * beam]
+    cache_index = tf.reshape(alive_origin + invariants.first_rows, [-1])  # [batch * beam]
     return BeamState(
         step=length,
         alive_seq=_gather_beams(candidate_seq, alive_index),  # [batch, beam, step + 2]
@@ -212,11 +240,6 @@ def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
         finished_seq=finished_seq,
         finished_scores=finished_scores,
         cache=reorder_cache(cache, state.cache, cache_index))
-
-
-def _flat_index(index: tf.Tensor, width: int | tf.Tensor) -> tf.Tensor:
-    """[batch, m] indices into rows of `width` -> [batch, m] indices into batch * width rows."""
-    return index + tf.range(tf.shape(index)[0])[:, None] * width
 
 
 def _gather_beams(tensor: tf.Tensor, index: tf.Tensor) -> tf.Tensor:

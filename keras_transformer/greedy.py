@@ -75,7 +75,7 @@ def greedy_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
         step = state.step + 1
         return (GreedyState(
             step=step,
-            seq=tf.concat([state.seq, tokens[:, None]], axis=1),  # [batch, step + 1]
+            seq=tf.concat([state.seq, tf.expand_dims(tokens, 1)], axis=1),  # [batch, step + 1]
             log_probs=state.log_probs + step_log_probs,
             finished=state.finished | (tokens == eos_id) | (step >= max_lengths),
             cache=cache),)

@@ -219,7 +219,8 @@ class Transformer(keras.Model):
         written at position `step` of a fixed-size cache). `output_kernel`:
         `embedding.output_kernel()`, computed once before a decoding loop (else the
         embedding is transposed at every step)."""
-        x = self.target_positions(self.embedding(ids[:, None]), start=step)[:, 0]  # [b, d]
+        x = tf.squeeze(self.target_positions(self.embedding(tf.expand_dims(ids, 1)), start=step),
+                       1)  # [b, d]
         new_cache: Cache = {"memory_mask": cache["memory_mask"]}
         for i, layer in enumerate(self.decoder_layers):
             x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"],

@@ -49,17 +49,15 @@ def beam_top_k(scores: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
 def chunked_top_k(scores: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
     """tf.math.top_k(scores, k) for float scores [batch, n], n >= k: the k largest values
     [batch, k], largest first, and their int32 indices [batch, k]."""
-    batch, n = tf.shape(scores)[0], tf.shape(scores)[1]
-    chunks = tf.maximum((n + CHUNK - 1) // CHUNK, k)  # at least k, so that TopK can take k
+    n = scores.shape[1] or tf.shape(scores)[1]  # static (no shortlist): the chunking is too
+    chunks = (max((n + CHUNK - 1) // CHUNK, k) if isinstance(n, int)
+              else tf.maximum((n + CHUNK - 1) // CHUNK, k))  # at least k, for TopK's k
     padded = tf.pad(scores, [[0, 0], [0, chunks * CHUNK - n]],
                     constant_values=float("-inf"))  # after every real element: ranked last
-    blocks = tf.reshape(padded, [batch * chunks, CHUNK])
-    maxima = tf.reshape(tf.reduce_max(blocks, axis=1), [batch, chunks])
-    _, best = tf.math.top_k(maxima, k=k)  # [batch, k]
-    best = tf.sort(best, axis=1)  # index order, so that ties keep TopK's order
-    rows = tf.reshape(best + tf.range(batch)[:, None] * chunks, [-1])  # [batch * k]
-    candidates = tf.reshape(tf.gather(blocks, rows), [batch, k * CHUNK])
+    blocks = tf.reshape(padded, [-1, chunks, CHUNK])  # [batch, chunks, CHUNK]
+    _, best = tf.math.top_k(tf.reduce_max(blocks, axis=2), k=k)  # [batch, k]
+    best = -tf.math.top_k(-best, k=k).values  # index order, so that ties keep TopK's order
+    candidates = tf.reshape(tf.gather(blocks, best, batch_dims=1),
+                            [-1, k * CHUNK])  # [batch, k * CHUNK]
     values, position = tf.math.top_k(candidates, k=k)  # [batch, k]
-    chunk = tf.gather(tf.reshape(best, [-1]),
-                      tf.reshape(position // CHUNK + tf.range(batch)[:, None] * k, [-1]))
-    return values, tf.reshape(chunk, [batch, k]) * CHUNK + position % CHUNK
+    return values, tf.gather(best, position // CHUNK, batch_dims=1) * CHUNK + position % CHUNK

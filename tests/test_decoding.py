@@ -244,3 +244,24 @@ def test_stop_full_ends_a_sentence_once_its_beam_has_finished():
         beam_search(table.from_ids, cache, tf.constant([3] * 4), beam_size=3, bos_id=BOS,
                     eos_id=EOS, stop="never")
     assert refused.value.field == "stop"
+
+
+def test_a_step_of_unknown_batch_computes_no_shape():
+    """The step's reshape targets and row offsets come from outside the inner loop, so its
+    body holds no Shape op of its own (each is an op a step would run)."""
+    vocab = 6
+    spec = {"bias": tf.TensorSpec([None, vocab], tf.float32)}
+
+    @tf.function(input_signature=[spec, tf.TensorSpec([None], tf.int32)], autograph=False)
+    def beam(cache, max_lens):
+        def scoring(ids, step, cache):  # logits of a known vocabulary, as a model's
+            return tf.ensure_shape(cache["bias"], [None, vocab]), cache
+
+        return beam_search(scoring, cache, max_lens, beam_size=4, bos_id=BOS, eos_id=EOS)
+
+    library = beam.get_concrete_function().graph.as_graph_def().library
+    bodies = {f.signature.name: {node.op for node in f.node_def} for f in library.function
+              if "while_body" in f.signature.name}
+    steps = [ops for name, ops in bodies.items() if name.startswith("while_while_body")]
+    assert len(steps) == 1 and "TopKV2" in steps[0]  # the inner loop: the step
+    assert not steps[0] & {"Shape", "Size"}

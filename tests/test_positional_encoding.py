@@ -22,6 +22,21 @@ def test_sinusoid_matches_paper_formula_at_hand_computed_points():
     assert math.isclose(table[99, 511], math.cos(99 / 10000 ** (510 / 512)), rel_tol=1e-5)
 
 
+def test_an_odd_d_model_keeps_its_last_sine():
+    table = sinusoidal_table(tf.range(4), 7).numpy()  # pairs (sin, cos) x 3, then a sine
+    assert table.shape == (4, 7)
+    np.testing.assert_allclose(table[:, 6], np.sin(np.arange(4) / 10000 ** (6 / 7)), rtol=1e-6)
+
+
+def test_a_graph_of_unknown_time_adds_the_eager_encoding():
+    layer = SinusoidalPositionalEncoding()
+    spec = [tf.TensorSpec([None, None, 6]), tf.TensorSpec([], tf.int32)]
+    encode = tf.function(lambda x, start: layer(x, start=start), input_signature=spec,
+                         autograph=False)
+    x = tf.random.normal([2, 5, 6], seed=1)
+    np.testing.assert_allclose(encode(x, tf.constant(3)), layer(x, start=3), atol=1e-6)
+
+
 def test_sinusoid_offset_equals_slice():
     x = tf.zeros([2, 3, 8])
     full = SinusoidalPositionalEncoding()(tf.zeros([2, 8, 8]))

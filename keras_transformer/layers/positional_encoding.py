@@ -25,11 +25,18 @@ def sinusoidal_table(positions: tf.Tensor, d_model: int) -> tf.Tensor:
     Returns:
         float32 [time, d_model].
     """
-    positions = tf.cast(positions, tf.float32)[:, None]  # [time, 1]
+    positions = tf.expand_dims(tf.cast(positions, tf.float32), 1)  # [time, 1]
     even_dims = tf.range(0, d_model, 2, dtype=tf.float32)  # 2i: [ceil(d_model / 2)]
     angles = positions / tf.pow(10000.0, even_dims / d_model)  # [time, ceil(d_model / 2)]
     interleaved = tf.stack([tf.sin(angles), tf.cos(angles)], axis=-1)  # [time, d/2, 2]
-    return tf.reshape(interleaved, [tf.shape(positions)[0], -1])[:, :d_model]
+    table = tf.reshape(interleaved, [-1, 2 * ((d_model + 1) // 2)])  # [time, d_model (+ 1)]
+    return table if d_model % 2 == 0 else table[:, :d_model]
+
+
+def _time(x: tf.Tensor) -> int | tf.Tensor:
+    """x's time steps (axis 1): static when known (a decoding step's 1), so that no step
+    computes them."""
+    return x.shape[1] or tf.shape(x)[1]
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -44,9 +51,9 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
     """
 
     def call(self, x: tf.Tensor, start: tf.Tensor | int = 0) -> tf.Tensor:
-        positions = tf.range(tf.shape(x)[1]) + start  # [time]
+        positions = tf.range(_time(x)) + start  # [time]
         table = sinusoidal_table(positions, x.shape[-1])  # [time, d_model]
-        return x + tf.cast(table, x.dtype)[None]
+        return x + tf.expand_dims(tf.cast(table, x.dtype), 0)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -70,7 +77,7 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
             initializer=keras.initializers.RandomNormal(stddev=input_shape[-1] ** -0.5))
 
     def call(self, x: tf.Tensor, start: tf.Tensor | int = 0) -> tf.Tensor:
-        positions = tf.range(tf.shape(x)[1]) + start  # [time]
+        positions = tf.range(_time(x)) + start  # [time]
         positions = tf.minimum(positions, self.max_length - 1)
         table = tf.gather(tf.cast(self.position_embeddings, x.dtype), positions)
         return x + table[None]

@@ -80,7 +80,7 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
         positions = tf.range(_time(x)) + start  # [time]
         positions = tf.minimum(positions, self.max_length - 1)
         table = tf.gather(tf.cast(self.position_embeddings, x.dtype), positions)
-        return x + table[None]
+        return x + tf.expand_dims(table, 0)
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -50,8 +50,8 @@ def chunked_top_k(scores: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
     """tf.math.top_k(scores, k) for float scores [batch, n], n >= k: the k largest values
     [batch, k], largest first, and their int32 indices [batch, k]."""
     n = scores.shape[1] or tf.shape(scores)[1]  # static (no shortlist): the chunking is too
-    chunks = (max((n + CHUNK - 1) // CHUNK, k) if isinstance(n, int)
-              else tf.maximum((n + CHUNK - 1) // CHUNK, k))  # at least k, for TopK's k
+    needed = (n + CHUNK - 1) // CHUNK
+    chunks = max(needed, k) if isinstance(n, int) else tf.maximum(needed, k)  # k: TopK's k
     padded = tf.pad(scores, [[0, 0], [0, chunks * CHUNK - n]],
                     constant_values=float("-inf"))  # after every real element: ranked last
     blocks = tf.reshape(padded, [-1, chunks, CHUNK])  # [batch, chunks, CHUNK]

@@ -58,8 +58,8 @@ from onnx import TensorProto, compose
 from tf2onnx import constants, optimizer, tf_loader, tfonnx, utils
 from tf2onnx.handler import tf_op
 
-from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants, selects_as_where,
-                               sink_initializers)
+from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants,
+                               log_softmax_without_underflow, selects_as_where, sink_initializers)
 from export.onnx_quantize import quantize_int8
 from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SCORE_FILE,
                              SPM_FILE, TRANSLATOR_FILE)
@@ -169,6 +169,7 @@ def convert(function: tf.types.experimental.PolymorphicFunction, metadata: dict[
     sink_initializers(model)
     fuse_layer_norms(model)
     selects_as_where(model)
+    log_softmax_without_underflow(model)
     onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})
     return model
 

@@ -1,8 +1,8 @@
 """Rewrites of a converted ONNX model, in place, each returning how many it made: loop
 invariants out of the beam-search Loops (the outer one that retires finished sentences and the
-inner one that steps the rest), weights into the Loop body that reads them, fused layer norms
-and selects as Where. `export.onnx.convert` runs all four, in that order, on every model it
-converts.
+inner one that steps the rest), weights into the Loop body that reads them, fused layer norms,
+selects as Where and log-softmaxes that never compute a subnormal. `export.onnx.convert` runs
+all five, in that order, on every model it converts.
 
 tf2onnx turns every tensor that the TF while loop captures (the weights, the encoder memory's
 projections) into a loop-carried value that the body passes through unchanged; ONNX Runtime
@@ -14,7 +14,10 @@ visible. `sink_initializers` then moves each weight into the body that reads it,
 Runtime prepacks it for its matrix products. `fuse_layer_norms` replaces the 13 nodes of each
 of Keras's layer normalisations by one LayerNormalization, which neither tf2onnx nor ONNX
 Runtime does for the form Keras computes. `selects_as_where` gives back the one Where node of
-each tf.where that tf2onnx wrote as arithmetic.
+each tf.where that tf2onnx wrote as arithmetic. `log_softmax_without_underflow` computes each
+LogSoftmax from logits clamped to 80 below their row's maximum, which gives the same result
+(no clamped entry weighs in the sum) without the subnormal exponentials that make ONNX
+Runtime's LogSoftmax several times slower on the rows a shortlist masks.
 
 Example:
     model = graph.make_model("...")       # tf2onnx's output (a ModelProto)
@@ -22,13 +25,28 @@ Example:
     sink_initializers(model)              # initializers moved into a Loop body
     fuse_layer_norms(model)               # LayerNormalization nodes made
     selects_as_where(model)               # Where nodes made
+    log_softmax_without_underflow(model)  # LogSoftmax nodes replaced
 """
 from __future__ import annotations
 
+from typing import Iterator
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+# log_softmax_without_underflow's clamp of x - max(x): e^-80 is no subnormal, and too small to
+# change a float32 sum that holds e^0 (the maximum's), even over a million entries.
+UNDERFLOW_FLOOR = -80.0
+
+
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """`graph` and its subgraphs (Loop bodies, If branches), at any depth."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from all_graphs(attribute.g)
 
 
 def hoist_loop_invariants(model: onnx.ModelProto) -> int:
@@ -169,6 +187,51 @@ def _selects_in(graph: onnx.GraphProto) -> int:
         graph.node.remove(add)
         made += 1
     _remove_dead_nodes(graph)  # the Muls, Casts and Nots no other node reads
+    return made
+
+
+def log_softmax_without_underflow(model: onnx.ModelProto) -> int:
+    """Replaces, in place, each LogSoftmax(x) over an axis, in every graph, by
+        m = ReduceMax(x), s = x - m, s - Log(ReduceSum(Exp(Max(s, UNDERFLOW_FLOOR)))).
+    The clamped entries (e^-80 or less against the maximum's e^0) change no float32 sum, so the
+    result is the log-softmax (each entry, clamped or not, is s minus the same normalizer).
+    ONNX Runtime's LogSoftmax computes e^s of every entry; below about -87 that is a subnormal
+    float, and on a thread without flush-to-zero (the caller's, which ONNX Runtime does not
+    set) each costs a microcode assist: on a batch's shortlisted rows, NEG_INF outside each
+    row's own candidates, the step's LogSoftmax ran 7x slower than on unmasked rows. Its
+    session option `session.set_denormal_as_zero` sets only its pool's threads. Returns how
+    many (docs/decoding-speed.md, "Lexical shortlist")."""
+    return _log_softmaxes_in(model.graph)
+
+
+def _log_softmaxes_in(graph: onnx.GraphProto) -> int:
+    """`log_softmax_without_underflow` in `graph` and its subgraphs."""
+    made = sum(_log_softmaxes_in(attribute.g) for node in graph.node
+               for attribute in node.attribute if attribute.type == onnx.AttributeProto.GRAPH)
+    for node in [node for node in graph.node if node.op_type == "LogSoftmax"]:
+        axis = next((attribute.i for attribute in node.attribute if attribute.name == "axis"),
+                    -1)
+        name = node.name or node.output[0]
+        floor, axes = f"{name}/floor", f"{name}/axes"
+        graph.initializer.extend([
+            numpy_helper.from_array(np.array(UNDERFLOW_FLOOR, np.float32), floor),
+            numpy_helper.from_array(np.array([axis], np.int64), axes)])
+        x, names = node.input[0], [f"{name}/{part}" for part in
+                                   ("max", "shifted", "clamped", "exp", "sum", "log")]
+        maximum, shifted, clamped, exponentials, total, log_total = names
+        position = list(graph.node).index(node)
+        graph.node.remove(node)
+        for offset, new in enumerate([
+                onnx.helper.make_node("ReduceMax", [x], [maximum], axes=[axis], keepdims=1),
+                onnx.helper.make_node("Sub", [x, maximum], [shifted]),
+                onnx.helper.make_node("Max", [shifted, floor], [clamped]),
+                onnx.helper.make_node("Exp", [clamped], [exponentials]),
+                onnx.helper.make_node("ReduceSum", [exponentials, axes], [total], keepdims=1),
+                onnx.helper.make_node("Log", [total], [log_total]),
+                onnx.helper.make_node("Sub", [shifted, log_total], list(node.output),
+                                      name=node.name)]):
+            graph.node.insert(position + offset, new)
+        made += 1
     return made
 
 

@@ -2,9 +2,11 @@
 
 `quantize_int8(source, target)` quantizes the MatMul weights of `source` (the Loop bodies' too,
 once `export.onnx_graph` has made them visible initializers) to int8, activations per batch at
-run time, and writes `target` (a lexical shortlist's gathered kernel columns stay float32: no
-weight, they are computed per batch); the quantizer's warnings about the tensors it leaves in float32
-show only under a root logger below WARNING (`keras-transformer --verbose`).
+run time, and writes `target`. A lexical shortlist's output projection reads no weight but the
+columns a batch gathers from one; ONNX Runtime's quantizer leaves it in float32, so
+`quantize_shortlist_kernel` quantizes the kernel per column and the projection gathers int8
+columns and their scales (DynamicQuantizeMatMul). The quantizer's warnings about the tensors it
+leaves in float32 show only under a root logger below WARNING (`keras-transformer --verbose`).
 
 Example:
     quantize_int8(Path("export/onnx/model.onnx"), Path("export/onnx/model_int8.onnx"))
@@ -16,28 +18,70 @@ import logging
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import onnx
+from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from export.onnx_graph import all_graphs
 from keras_transformer.shortlist import KERNEL_OP
 
 
 def quantize_int8(source: Path, target: Path) -> None:
     """ONNX Runtime's dynamic quantization of `source`'s MatMul weights to int8 (activations
     quantized per batch at run time), inside the Loop body too; written to `target`."""
-    excluded = [node.name for node in _nodes(onnx.load(source).graph) if KERNEL_OP in node.name]
+    excluded = [node.name for graph in all_graphs(onnx.load(source).graph)
+                for node in graph.node if KERNEL_OP in node.name]
     with _quiet_root_logger():
         quantize_dynamic(source, target, weight_type=QuantType.QInt8,
                          nodes_to_exclude=excluded, extra_options={"EnableSubgraph": True})
+    if excluded:
+        model = onnx.load(target)
+        quantize_shortlist_kernel(model)
+        onnx.save(model, target)
 
 
-def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """The nodes of `graph` and of its subgraphs (Loop and If bodies)."""
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from _nodes(attribute.g)
+def quantize_shortlist_kernel(model: onnx.ModelProto) -> int:
+    """Rewrites, in place, each shortlist projection of `model`: Gather(kernel [d, vocab],
+    ids, axis 1) named for KERNEL_OP, read by MatMul(x, columns) (in a Loop body or not),
+    becomes Gather(int8 kernel, ids), Gather(scales [vocab], ids) and
+    DynamicQuantizeMatMul(x, int8 columns, their scales) (ONNX Runtime's contrib op, x
+    quantized per call as its quantizer does). The kernel is quantized symmetrically per
+    column (one scale per vocabulary piece: max |column| / 127). Returns how many."""
+    initializers = {tensor.name: tensor for tensor in model.graph.initializer}
+    gathers = [node for node in model.graph.node
+               if KERNEL_OP in node.name and node.op_type == "Gather"
+               and node.input[0] in initializers  # float32 [d, vocab]: not yet quantized
+               and initializers[node.input[0]].data_type == onnx.TensorProto.FLOAT
+               and len(initializers[node.input[0]].dims) == 2]
+    for gather in gathers:
+        name = gather.input[0]
+        kernel = numpy_helper.to_array(initializers[name]).astype(np.float32)  # [d, vocab]
+        scales = np.abs(kernel).max(axis=0) / 127.0  # [vocab]
+        scales[scales == 0] = 1.0
+        quantized = np.clip(np.rint(kernel / scales), -127, 127).astype(np.int8)  # [d, vocab]
+        model.graph.initializer.extend([
+            numpy_helper.from_array(quantized, name + "_int8"),
+            numpy_helper.from_array(scales.astype(np.float32), name + "_column_scales")])
+        columns = gather.output[0]  # float32 [d, U]: its consumers' input, its value_info
+        column_scales = columns + "_scales"
+        gather.input[0], gather.output[0] = name + "_int8", columns + "_int8"  # int8 [d, U]
+        index = list(model.graph.node).index(gather)
+        model.graph.node.insert(index + 1, helper.make_node(
+            "Gather", [name + "_column_scales", gather.input[1]], [column_scales],
+            name=gather.name + "_scales", axis=0))
+        for graph in all_graphs(model.graph):
+            for node in graph.node:
+                if node.op_type == "MatMul" and node.input[1] == columns:
+                    node.op_type, node.domain = "DynamicQuantizeMatMul", "com.microsoft"
+                    node.input[1] = gather.output[0]
+                    node.input.append(column_scales)
+        if not any(name in node.input for graph in all_graphs(model.graph)
+                   for node in graph.node):
+            model.graph.initializer.remove(initializers[name])  # the float32 kernel
+    if gathers and not any(op.domain == "com.microsoft" for op in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return len(gathers)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from export.onnx import OPSET, convert
+from export.onnx_graph import all_graphs
 from export.onnx_quantize import quantize_int8
 from export.onnx_runtime import OnnxTranslator, session_options
 from export.translator import Translator
@@ -125,9 +126,7 @@ def test_layer_norms_are_fused_where_they_normalise_the_last_axis(onnx_dir, expo
              if isinstance(layer, keras.layers.LayerNormalization)]
 
     def count(graph: onnx.GraphProto, op_type: str) -> int:
-        return sum(node.op_type == op_type for node in graph.node) + sum(
-            count(attribute.g, op_type) for node in graph.node
-            for attribute in node.attribute if attribute.type == onnx.AttributeProto.GRAPH)
+        return sum(node.op_type == op_type for body in all_graphs(graph) for node in body.node)
 
     assert count(model.graph, "LayerNormalization") == len(norms) == 10  # 2 * 2 + 2 * 3
     assert count(model.graph, "ReduceMean") == count(model.graph, "Reciprocal") == 0
@@ -181,3 +180,78 @@ def test_the_quantizers_warnings_are_left_out_unless_verbose(onnx_dir, tmp_path,
         assert bool(warnings) == (level == logging.INFO), level
     assert logging.getLogger().level != logging.ERROR  # restored
 
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """The first output of `model` in ONNX Runtime."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+def test_a_log_softmax_in_any_graph_is_rewritten_to_the_same_values():
+    """LogSoftmax (here in an If's branch) becomes the clamped form: the same log-probabilities
+    on ordinary rows, rows whose entries are all equal, and rows mostly masked with NEG_INF as
+    a batch's shortlist masks them (their masked entries stay about NEG_INF)."""
+    from onnx import TensorProto, helper
+
+    from export.onnx_graph import log_softmax_without_underflow
+
+    def branch(op: str) -> onnx.GraphProto:
+        node = helper.make_node(op, ["x"], ["y"], **({"axis": -1} if op == "LogSoftmax" else {}))
+        return helper.make_graph([node], op, [], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)])
+
+    graph = helper.make_graph(
+        [helper.make_node("If", ["log"], ["y"], then_branch=branch("LogSoftmax"),
+                          else_branch=branch("Identity"))], "g",
+        [helper.make_tensor_value_info("log", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              ir_version=8)
+    x = np.random.default_rng(3).normal(scale=8.0, size=(4, 6)).astype(np.float32)
+    x[1] = 2.5
+    x[2, 1:] = x[3, [0, 2, 3, 5]] = -1e9
+    expected = _run(model, {"log": np.array(True), "x": x})
+    assert log_softmax_without_underflow(model) == 1
+    then_branch = next(a.g for a in model.graph.node[0].attribute if a.name == "then_branch")
+    ops = [node.op_type for node in then_branch.node]
+    assert "LogSoftmax" not in ops and "Exp" in ops
+    np.testing.assert_allclose(_run(model, {"log": np.array(True), "x": x}), expected,
+                               rtol=1e-6, atol=1e-5)
+    np.testing.assert_array_equal(_run(model, {"log": np.array(False), "x": x}), x)
+
+
+def test_a_shortlists_projection_is_quantized_per_column():
+    """The gathered columns of a shortlist's output kernel become int8 with a scale per column:
+    the projection of the gathered columns, small and large alike, within int8's error, and
+    the float32 kernel no longer in the model."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from export.onnx_quantize import quantize_shortlist_kernel
+    from keras_transformer.shortlist import KERNEL_OP
+
+    rng = np.random.default_rng(5)
+    kernel = rng.normal(size=(16, 40)).astype(np.float32)  # [d_model, vocab]
+    kernel[:, ::4] *= 1e-3  # columns three orders of magnitude apart
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["kernel", "ids"], ["columns"], axis=1,
+                          name=f"search/{KERNEL_OP}"),
+         helper.make_node("MatMul", ["x", "columns"], ["logits"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 16]),
+         helper.make_tensor_value_info("ids", TensorProto.INT32, [None])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(kernel, "kernel")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              ir_version=8)
+    x, ids = rng.normal(size=(3, 16)).astype(np.float32), np.array([0, 5, 8, 39], np.int32)
+    assert quantize_shortlist_kernel(model) == 1
+    assert [t.name for t in model.graph.initializer if t.data_type == TensorProto.FLOAT] == [
+        "kernel_column_scales"]
+    logits = _run(model, {"x": x, "ids": ids})
+    expected = x @ kernel[:, ids]  # [3, 4]
+    column_size = np.abs(kernel[:, ids]).max(axis=0) * np.abs(x).sum(axis=1, keepdims=True)
+    assert (np.abs(logits - expected) <= 0.02 * column_size).all()
+    assert np.abs(logits[:, [0, 2]]).max() < 0.1  # the small columns keep their own scale

@@ -4,12 +4,14 @@ above): its op audit, warm-up requests and metadata, batch invariance in TensorF
 Runtime, CTranslate2's vocabulary mapping (the union of a batch), forced prefixes and terms
 outside the shortlist, and --no-shortlist. TF Serving serves it in tests/test_serving.py."""
 import numpy as np
+import onnx
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
 from export.ct2_runtime import VMAP_NAME, CTranslate2Translator
 from export.metadata import saved_model_metadata
+from export.onnx_graph import all_graphs
 from export.onnx_runtime import OnnxTranslator
 from export.saved_model import WARMUP_FILE, SavedModelTranslator
 from export_helpers import SENTENCES, source_ids
@@ -105,6 +107,26 @@ def test_a_lines_translation_and_score_do_not_depend_on_its_batch(shortlisted, s
         assert processor.decode(list(onnx_answers[0][0])) == tf_answers[0][0]
         changed |= tf_answers[0][0] != export_translator.translate_lines([line])[0]
     assert changed
+
+
+def test_the_int8_onnx_projects_onto_int8_candidates_and_keeps_to_them(shortlist_export,
+                                                                      export_translator, table):
+    """model_int8.onnx gathers the candidates' columns of an int8 kernel (no float32 kernel
+    left to quantize) and translates a batch within each line's own candidates, as model.onnx
+    does (int8 may choose other words)."""
+    from export.metadata import INT8_MODEL_FILE
+    from export.onnx_quantize import quantize_shortlist_kernel
+
+    model = onnx.load(shortlist_export.onnx / INT8_MODEL_FILE)
+    assert quantize_shortlist_kernel(model) == 0
+    assert "DynamicQuantizeMatMul" in {node.op_type for graph in all_graphs(model.graph)
+                                       for node in graph.node}
+    proto = export_translator.spm_model_proto
+    lines = SENTENCES[:6]
+    output = OnnxTranslator(shortlist_export.onnx, ids_model=INT8_MODEL_FILE).translate_ids(
+        source_ids(proto, lines))
+    for line, row in zip(lines, output["target_ids"]):
+        assert {int(i) for i in row if i} <= candidates(table, proto, line) | {3}, line
 
 
 def test_ctranslate2_ships_the_table_and_searches_a_batchs_union(shortlist_export, table,

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 GREEDY = DecodingSettings(beam_size=1)  # dev BLEU during training, attention maps
 PREFIX_KEY = "prefix_ids"  # the forced target prefix, carried in the decoding cache
-SHORTLIST_KEY = "shortlist_rows"  # each row's shortlist candidates, in the decoding cache
+SHORTLIST_KEY = "shortlist_bias"  # each row's shortlist, in the decoding cache (shortlisted)
 
 
 def decode_sources(model: Transformer, source_ids: tf.Tensor,
@@ -175,17 +175,19 @@ def encode_for_search(model: Transformer, source_ids: tf.Tensor, settings: Decod
 def shortlisted(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
                 cache: dict, shortlist: Shortlist | None, forced_ids: tf.Tensor | None = None,
                 size: tf.Tensor | None = None) -> tuple[dict, tf.Tensor | None]:
-    """(the cache with each row's candidates bool [batch, U] under SHORTLIST_KEY, the batch's
-    candidate ids int32 [U]) of the sources (cut as `encode_for_search` cuts them) and their
-    `forced_ids` (int [batch, ...], pieces then PAD); (cache, None) without a shortlist.
-    `size`: U fixed (`keras_transformer.shortlist.batch_candidates`)."""
+    """(the cache with each row's logit bias float32 [batch, U] under SHORTLIST_KEY, 0 on its
+    own candidates and NEG_INF on the batch's others, the batch's candidate ids int32 [U]) of
+    the sources (cut as `encode_for_search` cuts them) and their `forced_ids` (int [batch,
+    ...], pieces then PAD); (cache, None) without a shortlist. `size`: U fixed
+    (`keras_transformer.shortlist.batch_candidates`)."""
     if shortlist is None:
         return cache, None
     source_ids = settings.cut_source_ids(tf.cast(source_ids, tf.int32),
                                          model.model_config.max_length)  # [batch, source]
     batch = batch_candidates(shortlist, source_ids, model.model_config.vocab_size,
                              forced_ids, size)
-    return {**cache, SHORTLIST_KEY: batch.rows}, batch.ids
+    bias = tf.where(batch.rows, 0.0, NEG_INF)  # [batch, U]: an Add a step, not a select
+    return {**cache, SHORTLIST_KEY: bias}, batch.ids
 
 
 def vocabulary_ids(ids: tf.Tensor, candidate_ids: tf.Tensor | None) -> tf.Tensor:
@@ -207,14 +209,14 @@ def candidate_step(model: Transformer, last_ids: tf.Tensor, step: tf.Tensor, cac
     """`Transformer.decode_step` for a search: last_ids [n] and the logits [n, U] are
     candidate indices and `output_kernel` [d_model, U] their columns (`candidate_ids` int32
     [U]; None: the vocabulary's ids and kernel); a row's logits outside its own candidates
-    (cache[SHORTLIST_KEY] bool [n, U], returned unchanged) are NEG_INF."""
+    (cache[SHORTLIST_KEY] float32 [n, U], returned unchanged, added) are about NEG_INF."""
     if candidate_ids is not None:
         last_ids = tf.gather(candidate_ids, last_ids)  # [n]: vocabulary ids
     logits, new_cache = model.decode_step(last_ids, step, cache, output_kernel, fixed=fixed)
     if SHORTLIST_KEY not in cache:
         return logits, new_cache
-    rows = cache[SHORTLIST_KEY]  # [n, U]
-    return tf.where(rows, logits, NEG_INF), {**new_cache, SHORTLIST_KEY: rows}
+    bias = cache[SHORTLIST_KEY]  # [n, U]: 0 or NEG_INF
+    return logits + bias, {**new_cache, SHORTLIST_KEY: bias}
 
 
 def search_kernel(model: Transformer | Ensemble, candidate_ids: tf.Tensor | None

@@ -68,7 +68,7 @@ class Transformer(keras.Model):
                                                                name="target_positions")
         else:
             self.source_positions = self.target_positions = SinusoidalPositionalEncoding(
-                dtype=policy, name="positional_encoding")
+                c.max_length, dtype=policy, name="positional_encoding")
         self.source_dropout = keras.layers.Dropout(c.dropout, dtype=policy)
         self.target_dropout = keras.layers.Dropout(c.dropout, dtype=policy)
         layer_args = dict(num_heads=c.num_heads, key_dim=c.head_key_dim,

@@ -44,6 +44,20 @@ def test_sinusoid_offset_equals_slice():
     np.testing.assert_allclose(shifted, full[:, 5:8], atol=1e-6)
 
 
+def test_a_table_of_max_length_positions_gives_the_sinusoids_then_its_last_row():
+    """With max_length a decoding step gathers a row of a constant table (a graph folds it):
+    the computed sinusoids up to the last position, which later positions read."""
+    bounded, computed = SinusoidalPositionalEncoding(max_length=10), SinusoidalPositionalEncoding()
+    x = tf.random.normal([2, 4, 6], seed=2)
+    np.testing.assert_allclose(bounded(x, start=tf.constant(6)), computed(x, start=6),
+                               atol=1e-6)  # sin of a longer vector: an ulp apart at most
+    step = tf.function(lambda x, start: bounded(x, start=start), autograph=False)
+    last = computed(x[:, :1], start=9)
+    np.testing.assert_allclose(step(x[:, :1], tf.constant(9)), last, atol=1e-6)
+    np.testing.assert_allclose(step(x[:, :1], tf.constant(12)), last, atol=1e-6)
+    assert SinusoidalPositionalEncoding.from_config(bounded.get_config()).max_length == 10
+
+
 def test_learned_positions_are_weights_and_offset():
     layer = LearnedPositionalEmbedding(max_length=16)
     full = layer(tf.zeros([1, 6, 4]))

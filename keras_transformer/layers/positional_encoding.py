@@ -3,12 +3,15 @@
 
 Both layers add the encoding of positions start, start + 1, ... to [batch, time, d_model]
 (`start`: the decoding step). `sinusoidal_table` is the interleaved sine/cosine table (no
-weights, any length; the CTranslate2 export writes it out); `LearnedPositionalEmbedding` has
-`max_length` positions, and a later position reads the last one.
+weights, any length; the CTranslate2 export writes it out). With `max_length` (the model's
+positions) either layer reads rows of a table of that many positions, and a later position
+reads the last one: `LearnedPositionalEmbedding`'s are weights, `SinusoidalPositionalEncoding`'s
+a constant that a graph folds, so that a decoding step gathers one row instead of computing
+sines and cosines (without `max_length` it computes them, for any position).
 
 Example:
     table = sinusoidal_table(tf.range(128), d_model=512)  # float32 [128, 512]
-    x = SinusoidalPositionalEncoding()(embedded)              # positions 0..time-1
+    x = SinusoidalPositionalEncoding(max_length=128)(embedded)  # positions 0..time-1
     x = LearnedPositionalEmbedding(1024)(embedded, start=step)  # one decoding step
 """
 from __future__ import annotations
@@ -43,20 +46,32 @@ def _time(x: tf.Tensor) -> int | tf.Tensor:
 class SinusoidalPositionalEncoding(keras.layers.Layer):
     """Adds the sinusoidal encoding of positions start, start+1, ... to [batch, time, d_model].
 
-    It has no weights and extrapolates to any length.
+    It has no weights. Args: max_length: rows of a table of this many positions (a later
+    position reads the last one); None: the sinusoids computed, for any position.
 
     Example:
-        x = SinusoidalPositionalEncoding()(embedded)                 # positions 0..time-1
-        x = SinusoidalPositionalEncoding()(embedded, start=step)     # one decoding step
+        x = SinusoidalPositionalEncoding(128)(embedded)              # positions 0..time-1
+        x = SinusoidalPositionalEncoding(128)(embedded, start=step)  # one decoding step
     """
+
+    def __init__(self, max_length: int | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.max_length = max_length
 
     def call(self, x: tf.Tensor, start: tf.Tensor | int = 0) -> tf.Tensor:
         positions = tf.range(_time(x)) + start  # [time]
-        table = sinusoidal_table(positions, x.shape[-1])  # [time, d_model]
+        if self.max_length is None:
+            table = sinusoidal_table(positions, x.shape[-1])  # [time, d_model]
+        else:
+            table = tf.gather(sinusoidal_table(tf.range(self.max_length), x.shape[-1]),
+                              tf.minimum(positions, self.max_length - 1))  # [time, d_model]
         return x + tf.expand_dims(tf.cast(table, x.dtype), 0)
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "max_length": self.max_length}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -3,7 +3,7 @@
 Transformer's scoring function: `keras_transformer.translate`).
 
     beam_search(fn, initial_cache, max_decode_lengths, *, beam_size, bos_id, eos_id,
-                alpha=0.6, pad_id=0, stop="full")
+                alpha=0.6, pad_id=0, stop="full", vocab_size=None)
         -> ids int32 [batch, beam, time], scores float32 [batch, beam], best first
 
 `max_decode_lengths` int32 [batch] bounds each sentence's output length; a hypothesis that
@@ -24,8 +24,8 @@ search is exact when beam_size covers every extension at every step.
 
 Its graph converts to ONNX: no TensorArray (beams are gathered with tf.gather's batch
 dimension, GatherND in ONNX), and no cache tensor passes through a Reshape. A step computes no
-shape: what every step of a round reads (reshape targets, row offsets, maximum lengths) is
-built before the round's inner loop (the op inventory and the reasons: docs/decoding-speed.md,
+shape: what every step of a round reads (reshape targets, row offsets, maximum lengths, the
+logits' width under a shortlist) is built before the round's inner loop (the op inventory and the reasons: docs/decoding-speed.md,
 "Beam search in the graph: its ops and costs (`keras_transformer/decoding.py`)").
 
 Example:
@@ -69,8 +69,8 @@ class SearchState(NamedTuple):
 
 def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
                 max_decode_lengths: tf.Tensor, *, beam_size: int, bos_id: int, eos_id: int,
-                alpha: float = DEFAULTS.alpha, pad_id: int = 0,
-                stop: str = DEFAULTS.stop) -> tuple[tf.Tensor, tf.Tensor]:
+                alpha: float = DEFAULTS.alpha, pad_id: int = 0, stop: str = DEFAULTS.stop,
+                vocab_size: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search with the GNMT length penalty (section 6.1: beam 4, alpha 0.6).
 
     Args:
@@ -81,6 +81,8 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
         bos_id, eos_id, pad_id: the start, end and padding ids.
         alpha: the length penalty exponent, >= 0 (0: plain log-probabilities).
         stop: when a sentence's search ends, one of STOP_RULES (`search_primitives`).
+        vocab_size: int32 [], the logits' width where the function's output does not say it
+            (a shortlist's union of candidates), so that no step computes it.
 
     Returns:
         ids int32 [batch, beam, time] (no BOS, `pad_id` after EOS) and their length-penalised
@@ -117,7 +119,8 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
         def none_done(beams: BeamState) -> tf.Tensor:
             return ~tf.reduce_any(sentences_done(beams, state.max_lengths, alpha, stop))
 
-        invariants = _RoundInvariants.of(state.max_lengths, beam_size)  # outside the steps
+        invariants = _RoundInvariants.of(state.max_lengths, beam_size,
+                                         vocab_size)  # outside the steps
 
         def step(beams: BeamState) -> tuple[BeamState]:
             return (_beam_step(beams, symbols_to_logits_fn, invariants, beam_size=beam_size,
@@ -184,14 +187,17 @@ class _RoundInvariants(NamedTuple):
     beams: tf.Tensor        # int32 [3]: (batch, beam, -1)
     extensions: tf.Tensor   # int32 [2]: (batch, -1)
     first_rows: tf.Tensor   # int32 [batch, 1]: each sentence's first row, b * beam
+    vocab_size: tf.Tensor | None  # int32 []: the logits' width, if the step's shape lacks it
 
     @classmethod
-    def of(cls, max_lengths: tf.Tensor, beam_size: int) -> _RoundInvariants:
+    def of(cls, max_lengths: tf.Tensor, beam_size: int,
+           vocab_size: tf.Tensor | None = None) -> _RoundInvariants:
         batch = tf.size(max_lengths)
         return cls(max_lengths=tf.expand_dims(max_lengths, 1),
                    rows=tf.stack([batch * beam_size, -1]), beams=tf.stack([batch, beam_size, -1]),
                    extensions=tf.stack([batch, -1]),
-                   first_rows=tf.expand_dims(tf.range(batch), 1) * beam_size)
+                   first_rows=tf.expand_dims(tf.range(batch), 1) * beam_size,
+                   vocab_size=vocab_size)
 
 
 def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
@@ -201,13 +207,16 @@ def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
     flat_seq = tf.reshape(state.alive_seq, invariants.rows)  # [batch * beam, step + 1]
     log_probs, cache = log_probs_step(symbols_to_logits_fn, flat_seq, state.step, state.cache)
     static_vocab = log_probs.shape[1]  # None under a shortlist: its union's size
-    vocab = static_vocab or tf.shape(log_probs)[1]
+    vocab = static_vocab or invariants.vocab_size
+    if vocab is None:
+        vocab = tf.shape(log_probs)[1]
     log_probs = tf.reshape(log_probs, invariants.beams)  # [batch, beam, vocab]
     log_probs.set_shape([None, beam_size, static_vocab])  # the captured shape tells none
     log_probs += tf.expand_dims(state.alive_log_probs, 2)  # [batch, beam, vocab]
     extensions = tf.reshape(log_probs, invariants.extensions)  # [batch, beam * vocab]
     extensions.set_shape([None, static_vocab and beam_size * static_vocab])
-    candidate_log_probs, flat_index = beam_top_k(extensions, k=2 * beam_size)  # [batch, 2 * beam]
+    candidate_log_probs, flat_index = beam_top_k(  # [batch, 2 * beam]
+        extensions, k=2 * beam_size, width=None if static_vocab else beam_size * vocab)
     origin = flat_index // vocab  # [batch, 2 * beam]: the alive beam extended
     tokens = flat_index - origin * vocab  # [batch, 2 * beam]
     candidate_seq = tf.concat([_gather_beams(state.alive_seq, origin),

@@ -41,15 +41,21 @@ def plain_top_k() -> Iterator[None]:
         _PLAIN.reset(token)
 
 
-def beam_top_k(scores: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """tf.math.top_k(scores, k), chunked unless within `plain_top_k()`."""
-    return tf.math.top_k(scores, k=k) if _PLAIN.get() else chunked_top_k(scores, k)
+def beam_top_k(scores: tf.Tensor, k: int,
+               width: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """tf.math.top_k(scores, k), chunked unless within `plain_top_k()` (`width`: as
+    chunked_top_k's)."""
+    return tf.math.top_k(scores, k=k) if _PLAIN.get() else chunked_top_k(scores, k, width)
 
 
-def chunked_top_k(scores: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
+def chunked_top_k(scores: tf.Tensor, k: int,
+                  width: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """tf.math.top_k(scores, k) for float scores [batch, n], n >= k: the k largest values
-    [batch, k], largest first, and their int32 indices [batch, k]."""
-    n = scores.shape[1] or tf.shape(scores)[1]  # static (no shortlist): the chunking is too
+    [batch, k], largest first, and their int32 indices [batch, k]. `width`: n (int32 []) where
+    the scores' static shape lacks it, so that a search's step computes no shape."""
+    n = scores.shape[1] or width  # static (no shortlist): the chunking is too
+    if n is None:
+        n = tf.shape(scores)[1]
     needed = (n + CHUNK - 1) // CHUNK
     chunks = max(needed, k) if isinstance(n, int) else tf.maximum(needed, k)  # k: TopK's k
     padded = tf.pad(scores, [[0, 0], [0, chunks * CHUNK - n]],

@@ -102,8 +102,9 @@ def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, settings: Decod
                                             model), [[0, 0], [0, 1]])  # PAD last
     ids, scores = beam_search(_scoring(model, candidate_ids), cache, max_lengths,
                               beam_size=settings.beam_size, bos_id=BOS_ID, eos_id=EOS_ID,
-                              alpha=settings.alpha, pad_id=PAD_ID,
-                              stop=settings.stop)  # [batch, beam, time] ...
+                              alpha=settings.alpha, pad_id=PAD_ID, stop=settings.stop,
+                              vocab_size=None if candidate_ids is None
+                              else tf.size(candidate_ids))  # [batch, beam, time] ...
     ids = vocabulary_ids(ids, candidate_ids)
     return tf.where(empty[:, None, None], PAD_ID, ids), tf.where(empty[:, None], 0.0, scores)
 

@@ -246,18 +246,21 @@ def test_stop_full_ends_a_sentence_once_its_beam_has_finished():
     assert refused.value.field == "stop"
 
 
-def test_a_step_of_unknown_batch_computes_no_shape():
+@pytest.mark.parametrize("width", ["static", "given"])
+def test_a_step_of_unknown_batch_computes_no_shape(width):
     """The step's reshape targets and row offsets come from outside the inner loop, so its
-    body holds no Shape op of its own (each is an op a step would run)."""
+    body holds no Shape op of its own (each is an op a step would run); logits of a width the
+    graph does not know (a shortlist's union) with their width given (`vocab_size`) too."""
     vocab = 6
-    spec = {"bias": tf.TensorSpec([None, vocab], tf.float32)}
+    spec = {"bias": tf.TensorSpec([None, vocab if width == "static" else None], tf.float32)}
 
     @tf.function(input_signature=[spec, tf.TensorSpec([None], tf.int32)], autograph=False)
     def beam(cache, max_lens):
         def scoring(ids, step, cache):  # logits of a known vocabulary, as a model's
-            return tf.ensure_shape(cache["bias"], [None, vocab]), cache
+            return tf.ensure_shape(cache["bias"], spec["bias"].shape), cache
 
-        return beam_search(scoring, cache, max_lens, beam_size=4, bos_id=BOS, eos_id=EOS)
+        return beam_search(scoring, cache, max_lens, beam_size=4, bos_id=BOS, eos_id=EOS,
+                           vocab_size=None if width == "static" else tf.shape(cache["bias"])[1])
 
     library = beam.get_concrete_function().graph.as_graph_def().library
     bodies = {f.signature.name: {node.op for node in f.node_def} for f in library.function

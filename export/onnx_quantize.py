@@ -24,18 +24,21 @@ from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from export.onnx_graph import all_graphs
+from keras_transformer.layers.positional_encoding import POSITIONS_OP
 from keras_transformer.shortlist import KERNEL_OP
 
 
 def quantize_int8(source: Path, target: Path) -> None:
-    """ONNX Runtime's dynamic quantization of `source`'s MatMul weights to int8 (activations
-    quantized per batch at run time), inside the Loop body too; written to `target`."""
-    excluded = [node.name for graph in all_graphs(onnx.load(source).graph)
-                for node in graph.node if KERNEL_OP in node.name]
+    """ONNX Runtime's dynamic quantization of `source`'s MatMul weights (and embedding) to int8
+    (activations quantized per batch at run time), inside the Loop body too, the sinusoid
+    table's rows left exact; written to `target`."""
+    nodes = [node.name for graph in all_graphs(onnx.load(source).graph) for node in graph.node]
+    shortlisted = [name for name in nodes if KERNEL_OP in name]
     with _quiet_root_logger():
         quantize_dynamic(source, target, weight_type=QuantType.QInt8,
-                         nodes_to_exclude=excluded, extra_options={"EnableSubgraph": True})
-    if excluded:
+                         nodes_to_exclude=shortlisted + [n for n in nodes if POSITIONS_OP in n],
+                         extra_options={"EnableSubgraph": True})
+    if shortlisted:
         model = onnx.load(target)
         quantize_shortlist_kernel(model)
         onnx.save(model, target)

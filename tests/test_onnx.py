@@ -255,3 +255,16 @@ def test_a_shortlists_projection_is_quantized_per_column():
     column_size = np.abs(kernel[:, ids]).max(axis=0) * np.abs(x).sum(axis=1, keepdims=True)
     assert (np.abs(logits - expected) <= 0.02 * column_size).all()
     assert np.abs(logits[:, [0, 2]]).max() < 0.1  # the small columns keep their own scale
+
+
+def test_model_int8_keeps_the_sinusoid_table_in_float32(onnx_dir):
+    """The quantizer leaves the gather of the positions' rows alone (a constant of sines and
+    cosines, no weight): a step adds the exact encoding, as model.onnx does."""
+    from keras_transformer.layers.positional_encoding import POSITIONS_OP
+
+    model = onnx.load(str(onnx_dir / "model_int8.onnx"))
+    constants = {t.name: t for graph in all_graphs(model.graph) for t in graph.initializer}
+    gathers = [node for graph in all_graphs(model.graph) for node in graph.node
+               if POSITIONS_OP in node.name and node.op_type == "Gather"]
+    assert gathers and all(constants[node.input[0]].data_type == onnx.TensorProto.FLOAT
+                           for node in gathers)

@@ -19,6 +19,10 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+# The name of the op that gathers a sinusoid table's rows: a constant, not a weight, which
+# ONNX Runtime's int8 quantization must leave exact (`export.onnx_quantize`).
+POSITIONS_OP = "sinusoid_rows"
+
 
 def sinusoidal_table(positions: tf.Tensor, d_model: int) -> tf.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...), interleaved.
@@ -64,7 +68,8 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
             table = sinusoidal_table(positions, x.shape[-1])  # [time, d_model]
         else:
             table = tf.gather(sinusoidal_table(tf.range(self.max_length), x.shape[-1]),
-                              tf.minimum(positions, self.max_length - 1))  # [time, d_model]
+                              tf.minimum(positions, self.max_length - 1),
+                              name=POSITIONS_OP)  # [time, d_model]
         return x + tf.expand_dims(tf.cast(table, x.dtype), 0)
 
     def compute_output_shape(self, input_shape):

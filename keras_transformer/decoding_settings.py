@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-STOP_RULES = ("full", "bound")  # when a sentence's beam search ends (search_primitives)
+STOP_RULES = ("full", "bound", "best")  # when a sentence's beam search ends (search_primitives)
 
 
 def max_target_pieces(model_max_length: int) -> int:
@@ -55,7 +55,10 @@ class DecodingSettings:
         beam_size: hypotheses kept per sentence (1: greedy search).
         alpha: the GNMT length penalty exponent (0: plain log-probabilities).
         stop: when a sentence's search ends: "full" (fairseq's) once beam_size hypotheses have
-            finished; "bound" (tensor2tensor's) once no alive one can beat them.
+            finished; "bound" (tensor2tensor's) once no alive one can beat them; "best" once
+            its best finished hypothesis scores at least its best alive one at the current
+            length (CTranslate2 and OpenNMT-py stop when the best extension ends: the fewest
+            steps).
         extra_length: output tokens allowed beyond the source length (the paper's 50).
         max_source_length: source tokens kept, EOS included; None: the model's max_length
             (`for_model` resolves it, never above the model's max_length).
@@ -63,7 +66,7 @@ class DecodingSettings:
 
     beam_size: int = 4
     alpha: float = 0.6
-    stop: Literal["full", "bound"] = "full"
+    stop: Literal["full", "bound", "best"] = "full"
     extra_length: int = 50
     max_source_length: int | None = None
 

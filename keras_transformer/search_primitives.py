@@ -19,7 +19,11 @@ sentence stops when it reaches its maximum length, or by the `stop` rule (`sente
 one of `decoding_settings.STOP_RULES`): "full" (fairseq's) when its finished set is full;
 "bound" (tensor2tensor's) when, moreover, its best alive log-probability divided by the
 penalty at its maximum length (a bound on anything the alive set can still reach for alpha
->= 0) cannot beat its worst finished score. A finished slot never filled holds NEG_INF; a
+>= 0) cannot beat its worst finished score; "best" as soon as its best finished score is at
+least its best alive one at the current length, which holds from the step whose best extension
+ends (where CTranslate2 and OpenNMT-py stop), sooner when an earlier hypothesis beats the alive
+ones at this length (an alive one may still overtake it as its length penalty grows: not
+exact, the fewest steps). A finished slot never filled holds NEG_INF; a
 sentence whose finished set is empty when it stops returns its alive hypotheses
 (`best_hypotheses`).
 
@@ -91,13 +95,19 @@ def reorder_cache(cache: Cache, previous: Cache, rows: tf.Tensor) -> Cache:
 def sentences_done(state: Any, max_lengths: tf.Tensor, alpha: float, stop: str) -> tf.Tensor:
     """bool [batch]: the sentence reached its maximum length (int32 [batch]), or its finished
     set is full and, with stop "bound", no alive hypothesis can still beat the worst finished
-    one (module docstring). `state`: any search state with its step int32 [],
-    alive_log_probs float32 [batch, beam] and finished_scores float32 [batch, beam]."""
-    worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [batch], NEG_INF if any empty
+    one; with stop "best", its best finished hypothesis is at least its best alive one at the
+    current length (module docstring). `state`: any search state with its step int32 [] (the
+    alive hypotheses' length), alive_log_probs float32 [batch, beam] and finished_scores
+    float32 [batch, beam]."""
     at_limit = state.step >= max_lengths  # [batch]
+    best_alive = tf.reduce_max(state.alive_log_probs, axis=1)  # [batch]
+    if stop == "best":
+        best_finished = tf.reduce_max(state.finished_scores, axis=1)  # [batch], NEG_INF: none
+        return at_limit | ((best_finished > NEG_INF / 2) & (
+            best_finished >= best_alive / length_penalty(state.step, alpha)))
+    worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [batch], NEG_INF if any empty
     if stop == "full":
         return at_limit | (worst_finished > NEG_INF / 2)
-    best_alive = tf.reduce_max(state.alive_log_probs, axis=1)  # [batch]
     return at_limit | (worst_finished > best_alive / length_penalty(max_lengths, alpha))
 
 

@@ -130,7 +130,7 @@ MODEL = "data: {source: bible:en-fr}\nmodel:\n"  # lines 2 and 3 of a config
     ("data: [1, 2]\n", 2, "data", "expected a mapping"),
     (MODEL + "  preset: huge\n", 4, "model.preset", "'huge'"),
     ("data: {source: bible:en-fr}\nevaluate:\n  stop: never\n", 4, "evaluate.stop",
-     "expected one of full, bound, got 'never'"),
+     "expected one of full, bound, best, got 'never'"),
     ("data: {source: bible:en-fr}\nexport:\n  saved_model_xla_max_batch: -1\n", 4,
      "export.saved_model_xla_max_batch", "at least 0 (0: no XLA), got -1"),
     ("data: {source: bible:en-fr}\nexport:\n  saved_model_parallel_searches: 0\n", 4,

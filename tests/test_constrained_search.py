@@ -21,7 +21,8 @@ def search(table: PrefixTable, cache: dict, max_lengths, terms, beam_size: int =
                                    bos_id=BOS, eos_id=EOS, pad_id=-1, stop=stop)
 
 
-@pytest.mark.parametrize("beam_size, stop", [(4, "full"), (3, "bound"), (1, "full")])
+@pytest.mark.parametrize("beam_size, stop", [(4, "full"), (3, "bound"), (3, "best"),
+                                             (1, "full")])
 def test_without_terms_it_is_beam_search_exactly(beam_size, stop):
     table = PrefixTable(seed=3, vocab=VOCAB, eos_boost=1.0)
     cache = make_cache(VOCAB, batch=5, seed=1)

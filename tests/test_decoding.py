@@ -239,7 +239,7 @@ def test_stop_full_ends_a_sentence_once_its_beam_has_finished():
     assert all(hyp[-1] == EOS for sentence in hyps for hyp in sentence)  # none hit 20 tokens
     assert row_steps["full"] < row_steps["bound"]  # "bound" searches on for better ones
     assert np.all(results["bound"][1][:, 0] >= scores[:, 0] - 1e-6)  # and may find them
-    with pytest.raises(DecodingSettingsError, match="must be one of full, bound, got 'never'") \
+    with pytest.raises(DecodingSettingsError, match="must be one of full, bound, best, got") \
             as refused:
         beam_search(table.from_ids, cache, tf.constant([3] * 4), beam_size=3, bos_id=BOS,
                     eos_id=EOS, stop="never")
@@ -268,3 +268,29 @@ def test_a_step_of_unknown_batch_computes_no_shape(width):
     steps = [ops for name, ops in bodies.items() if name.startswith("while_while_body")]
     assert len(steps) == 1 and "TopKV2" in steps[0]  # the inner loop: the step
     assert not steps[0] & {"Shape", "Size"}
+
+
+def test_stop_best_ends_a_sentence_at_the_step_its_best_extension_ends():
+    """Scripted scores (no model): token 2 then EOS is the best path, EOS ends it at the second
+    step. "best" stops there, as CTranslate2 does, with that hypothesis first; "full" goes on
+    until its three beams have finished, and finds the same best one."""
+    log_probs = np.log(np.array([[1e-9, 0.05, 0.6, 0.2, 0.15],  # step 0: 2, then 3, 4
+                                 [1e-9, 0.4, 0.2, 0.2, 0.2]]))  # later: EOS likeliest
+    steps, results = {}, {}
+    for stop in ("best", "full"):
+        calls = []
+
+        def scripted(ids: tf.Tensor, step: tf.Tensor, cache: dict) -> tuple[tf.Tensor, dict]:
+            calls.append(int(step))
+            row = log_probs[min(int(step), 1)]
+            return tf.constant(np.tile(row, (ids.shape[0], 1)), tf.float32), cache
+
+        ids, scores = beam_search(scripted, {"x": tf.zeros([1, 1])}, tf.constant([6]),
+                                  beam_size=3, bos_id=BOS, eos_id=EOS, alpha=0.6, pad_id=-1,
+                                  stop=stop)
+        steps[stop], results[stop] = len(calls), (hypotheses(ids.numpy()[0]), scores.numpy())
+    assert steps["best"] == 2 < steps["full"]
+    assert results["best"][0][0] == results["full"][0][0] == (2, EOS)
+    np.testing.assert_allclose(results["best"][1][0, 0], results["full"][1][0, 0], rtol=1e-6)
+    np.testing.assert_allclose(results["best"][1][0, 0],
+                               np.log(0.6 * 0.4) / length_penalty(2, 0.6).numpy(), rtol=1e-5)

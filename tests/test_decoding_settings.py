@@ -32,7 +32,7 @@ def test_the_output_limit_on_ints_and_tensors() -> None:
     ("max_source_length", 0, "must be an integer of at least 1, got 0"),
     ("alpha", -0.1, "must be a number of at least 0, got -0.1"),
     ("alpha", True, "must be a number of at least 0, got True"),
-    ("stop", "never", "must be one of full, bound, got 'never'"),
+    ("stop", "never", "must be one of full, bound, best, got 'never'"),
 ])
 def test_each_bad_setting_is_named(field: str, value: object, problem: str) -> None:
     with pytest.raises(DecodingSettingsError, match=problem) as error:

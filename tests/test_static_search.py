@@ -39,7 +39,8 @@ def from_fixed_cache(table: PrefixTable):
 
 
 @pytest.mark.parametrize("beam_size,stop,alpha", [(1, "full", 0.6), (2, "full", 0.0),
-                                                  (4, "full", 0.6), (4, "bound", 0.6)])
+                                                  (4, "full", 0.6), (4, "bound", 0.6),
+                                                  (4, "best", 0.6)])
 def test_equals_beam_search(beam_size, stop, alpha):
     table = PrefixTable(3, vocab=9, eos_boost=0.5)
     cache = make_cache(vocab=9, batch=5, seed=2)

@@ -100,14 +100,15 @@ def sentences_done(state: Any, max_lengths: tf.Tensor, alpha: float, stop: str) 
     alive hypotheses' length), alive_log_probs float32 [batch, beam] and finished_scores
     float32 [batch, beam]."""
     at_limit = state.step >= max_lengths  # [batch]
-    best_alive = tf.reduce_max(state.alive_log_probs, axis=1)  # [batch]
     if stop == "best":
+        best_alive = tf.reduce_max(state.alive_log_probs, axis=1)  # [batch]
         best_finished = tf.reduce_max(state.finished_scores, axis=1)  # [batch], NEG_INF: none
         return at_limit | ((best_finished > NEG_INF / 2) & (
             best_finished >= best_alive / length_penalty(state.step, alpha)))
     worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [batch], NEG_INF if any empty
     if stop == "full":
         return at_limit | (worst_finished > NEG_INF / 2)
+    best_alive = tf.reduce_max(state.alive_log_probs, axis=1)  # [batch]
     return at_limit | (worst_finished > best_alive / length_penalty(max_lengths, alpha))
 
 

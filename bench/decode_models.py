@@ -53,10 +53,11 @@ DRAWS_PER_PIECE = 4  # draws per stored candidate of the synthetic table (distin
 
 class FoundModels(NamedTuple):
     """The runtimes to time in order, each with its model directory; what the model is; the
-    shortlist the rows without FULL search with, or why there is none."""
+    shortlist the rows without FULL search with, or why there is none; the export's search."""
     directories: dict[str, Path]
     about: str
     shortlist: str
+    search: str
 
 
 def variant(runtime: str) -> tuple[str, bool]:
@@ -136,7 +137,10 @@ def find_model(config: PipelineConfig, scratch: Path, runtimes: list[str], xla_m
             directories[runtime] = once(f"onnx-{shortlisted}", lambda: onnx(shortlisted))
         else:
             directories[runtime] = once("ctranslate2", ctranslate2)
-    return FoundModels(directories, about, shortlist)
+    settings = saved.metadata.settings
+    search = (f"beam {settings.beam_size}, alpha {settings.alpha}, stop {settings.stop}; "
+              "CTranslate2 ends a sentence at the step its best extension ends (as stop best)")
+    return FoundModels(directories, about, shortlist, search)
 
 
 def _run_export(config: PipelineConfig, scratch: Path) -> tuple[Path, Path, str]:

@@ -62,7 +62,7 @@ from typing import Callable
 import numpy as np
 
 # bench/decode_models.py
-from decode_models import FULL, find_model, synthetic_run, test_split, variant
+from decode_models import FULL, FoundModels, find_model, synthetic_run, test_split, variant
 
 RUNTIMES = {"tf": "SavedModel", "tf-bfloat16": "SavedModel", "tf-xla": "SavedModel",
             "tf-parallel": "SavedModel", "onnx": "model.onnx",
@@ -246,12 +246,12 @@ def ct2_backend() -> str:
     return f"CTranslate2: CT2_USE_MKL={setting}"
 
 
-def report(results: dict[str, dict[int, list[dict]]], about: str, shortlist: str,
+def report(results: dict[str, dict[int, list[dict]]], found: FoundModels, about: str,
            threads: int, bleus: dict[str, float]) -> str:
     """Throughput per runtime and batch size (first runs), as a share of its FULL twin's
     (sentences/s; the same sentences) and BLEU, then batch-1 decode time against output
     length (fastest runs) with a linear fit per runtime."""
-    lines = [f"model: {about}", f"shortlist: {shortlist}",
+    lines = [f"model: {about}", f"shortlist: {found.shortlist}", f"search: {found.search}",
              f"{threads} thread(s) per runtime (tf-parallel: {threads} inter-op, 1 intra-op)",
              *([ct2_backend()] if any(name.startswith("ct2-") for name in results) else []),
              "", f"{'runtime':<34}{'batch':>6}{'sentences':>11}{'sent/s':>9}{'tokens/s':>10}"
@@ -361,7 +361,7 @@ def main() -> int:
                 results[runtime][batch_size] = batches
         bleus = {name: bleu(by_batch[max(batch_sizes)], references, spm_model)
                  for name, by_batch in results.items()}
-        print(report(results, about or found.about, found.shortlist, args.threads, bleus))
+        print(report(results, found, about or found.about, args.threads, bleus))
     return 0
 
 

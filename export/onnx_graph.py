@@ -200,7 +200,8 @@ def log_softmax_without_underflow(model: onnx.ModelProto) -> int:
     set) each costs a microcode assist: on a batch's shortlisted rows, NEG_INF outside each
     row's own candidates, the step's LogSoftmax ran 7x slower than on unmasked rows. Its
     session option `session.set_denormal_as_zero` sets only its pool's threads. Returns how
-    many (docs/decoding-speed.md, "Lexical shortlist")."""
+    many (docs/decoding-speed.md, "A shortlisted batch in ONNX Runtime: subnormals, a select,
+    float32 columns")."""
     return _log_softmaxes_in(model.graph)
 
 

@@ -25,8 +25,9 @@ search is exact when beam_size covers every extension at every step.
 Its graph converts to ONNX: no TensorArray (beams are gathered with tf.gather's batch
 dimension, GatherND in ONNX), and no cache tensor passes through a Reshape. A step computes no
 shape: what every step of a round reads (reshape targets, row offsets, maximum lengths, the
-logits' width under a shortlist) is built before the round's inner loop (the op inventory and the reasons: docs/decoding-speed.md,
-"Beam search in the graph: its ops and costs (`keras_transformer/decoding.py`)").
+logits' width under a shortlist) is built before the round's inner loop (the op inventory and
+the reasons: docs/decoding-speed.md, "Beam search in the graph: its ops and costs
+(`keras_transformer/decoding.py`)").
 
 Example:
     ids, scores = beam_search(fn, cache, max_lengths, beam_size=4, bos_id=BOS_ID,

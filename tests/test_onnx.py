@@ -181,7 +181,6 @@ def test_the_quantizers_warnings_are_left_out_unless_verbose(onnx_dir, tmp_path,
     assert logging.getLogger().level != logging.ERROR  # restored
 
 
-
 def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
     """The first output of `model` in ONNX Runtime."""
     import onnxruntime as ort

@@ -26,7 +26,9 @@ class SessionServer:
 
     def __init__(self, path) -> None:
         self.graph = tf.Graph()
-        self.session = tf.compat.v1.Session(graph=self.graph)
+        # TF Serving's session options, not this process's (tests/conftest.py turns Grappler
+        # off for the process; a session given none would inherit that)
+        self.session = tf.compat.v1.Session(graph=self.graph, config=tf.compat.v1.ConfigProto())
         with self.graph.as_default():
             self.meta_graph = tf.compat.v1.saved_model.loader.load(self.session, ["serve"],
                                                                    str(path))

@@ -33,6 +33,10 @@ tokenizer's graph, model.onnx and the detokenizer's graph (`onnx.compose`). Opse
   written once, when the model is made, not after each optimizer of each pass as tf2onnx's
   `optimize_graph` does (each time every Loop body again: a third of the ONNX export's time,
   the same nodes and weights out: `_optimized`);
+* the graph is frozen as tf2onnx's large-model path freezes it (TensorFlow's
+  `_replace_variables_by_constants`), not by `convert_variables_to_constants_v2`, which then
+  rebuilds a ConcreteFunction op by op in Python only for tf2onnx to read its GraphDef back:
+  a quarter of a conversion, the same ONNX nodes and weights out (`frozen_graph_def`);
 * its back-to-back optimizer is left out: it merges two Reshapes even when its reshape
   optimizer has written a 0 ("copy the input's dimension") into the second shape, which breaks
   attention's split into heads once a zero bias has been folded away (an untrained model).
@@ -57,6 +61,8 @@ import tf2onnx
 from onnx import TensorProto, compose
 from tf2onnx import constants, optimizer, tf_loader, tfonnx, utils
 from tf2onnx.handler import tf_op
+from tensorflow.python.framework.convert_to_constants import (
+    _FunctionConverterDataInEager, _replace_variables_by_constants)
 
 from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants,
                                log_softmax_without_underflow, selects_as_where, sink_initializers)
@@ -155,7 +161,7 @@ def convert(function: tf.types.experimental.PolymorphicFunction, metadata: dict[
     outputs = [t.name for t in concrete.outputs if t.dtype != tf.resource]
     extra_opset = [utils.make_opsetid(constants.CONTRIB_OPS_DOMAIN, 1)] if text else None
     with tf.device("/cpu:0"):
-        graph_def = tf_loader.from_function(concrete, inputs, outputs)
+        graph_def = frozen_graph_def(concrete, inputs, outputs)
         with tf.Graph().as_default() as tf_graph:
             tf.import_graph_def(graph_def, name="")
             graph = tfonnx.process_tf_graph(
@@ -172,6 +178,23 @@ def convert(function: tf.types.experimental.PolymorphicFunction, metadata: dict[
     log_softmax_without_underflow(model)
     onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})
     return model
+
+
+def frozen_graph_def(concrete: tf.types.experimental.ConcreteFunction, inputs: list[str],
+                     outputs: list[str]) -> tf.compat.v1.GraphDef:
+    """tf2onnx's `tf_loader.from_function(concrete, inputs, outputs)` (the function's graph,
+    variables frozen to constants, then optimized by Grappler for tf2onnx) without rebuilding
+    a ConcreteFunction from the frozen GraphDef (see the module docstring)."""
+    converter = _FunctionConverterDataInEager(func=concrete, lower_control_flow=False,
+                                              aggressive_inlining=True)
+    graph_def, _ = _replace_variables_by_constants(converter_data=converter)
+    with tf.Graph().as_default() as graph:
+        tf.import_graph_def(graph_def, name="")
+    graph_def = tf_loader.fix_freezing_errors_part2(graph.as_graph_def(add_shapes=True))
+    with tf.Graph().as_default() as graph, tf_loader.tf_session(graph=graph) as session:
+        tf.import_graph_def(graph_def, name="")
+        inputs = tf_loader.inputs_without_resource(session, inputs)
+        return tf_loader.tf_optimize(inputs, outputs, graph_def)
 
 
 def _optimized(graph: tf2onnx.graph.Graph) -> tf2onnx.graph.Graph:

@@ -94,14 +94,14 @@ def no_slow_work(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     import subprocess
 
     import tensorflow as tf
-    from tf2onnx import tf_loader
 
+    import export.onnx
     from pipelines.training.trainer import Trainer
 
     monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("a subprocess"))
     monkeypatch.setattr(Trainer, "__init__", _refuse("training"))
     monkeypatch.setattr(tf.saved_model, "save", _refuse("a SavedModel export"))
-    monkeypatch.setattr(tf_loader, "from_function", _refuse("an ONNX export"))
+    monkeypatch.setattr(export.onnx, "frozen_graph_def", _refuse("an ONNX export"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -169,6 +169,42 @@ def test_a_select_is_one_where_that_keeps_tensorflows_choice_beside_infinities()
                                   function(x, keep)["y"].numpy())
 
 
+@pytest.mark.slow  # a freeze, as an ONNX conversion starts
+def test_the_freeze_gives_the_graph_of_tf2onnxs_from_function():
+    """`frozen_graph_def` (no ConcreteFunction rebuilt) against tf2onnx's `from_function`, on a
+    function reading variables (one through a gather) inside a while loop: the same nodes,
+    inputs and frozen values, and loop bodies of the same ops."""
+    from tf2onnx import tf_loader
+
+    from export.onnx import frozen_graph_def
+
+    table, scale = tf.Variable(np.arange(12, dtype=np.float32).reshape(4, 3)), tf.Variable(2.0)
+
+    def body(step, total):
+        return step + 1, total + tf.reduce_sum(tf.gather(table, step % 4)) * scale
+
+    function = tf.function(lambda limit: {"total": tf.while_loop(
+        lambda step, _: step < limit, body, (tf.constant(0), tf.constant(0.0)))[1]},
+        input_signature=[tf.TensorSpec([], tf.int32)], autograph=False)
+    concrete = function.get_concrete_function()
+    inputs = [t.name for t in concrete.inputs if t.dtype != tf.resource]
+    outputs = [t.name for t in concrete.outputs]
+    ours, theirs = (freeze(concrete, inputs, outputs)
+                    for freeze in (frozen_graph_def, tf_loader.from_function))
+
+    def nodes(graph_def):
+        return {node.name: (node.op, list(node.input), tf.make_ndarray(node.attr["value"].tensor)
+                            .tolist() if node.op == "Const" else None) for node in graph_def.node}
+
+    def bodies(graph_def):
+        return sorted(sorted(node.op for node in body.node_def)
+                      for body in graph_def.library.function)
+
+    assert nodes(ours) == nodes(theirs) and bodies(ours) == bodies(theirs)
+    assert "VarHandleOp" not in {node.op for node in ours.node}
+    assert [node.op for node in ours.node].count("While") == 1
+
+
 def test_the_quantizers_warnings_are_left_out_unless_verbose(onnx_dir, tmp_path, caplog):
     """ONNX Runtime's quantizer logs a warning with a protobuf dump for each tensor it keeps in
     float32; they show only with a root logger below WARNING (`--verbose`)."""

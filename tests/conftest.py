@@ -118,10 +118,10 @@ def pytest_configure(config: pytest.Config) -> None:
     import tensorflow as tf
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
-    # Grappler (TensorFlow's graph optimizer) off for this process's functions: about a fifth
-    # of an in-process test's CPU, spent optimizing graphs run a few times. Its rewrites are
-    # TensorFlow's, and the product meets them where users do: in every CLI subprocess and in
-    # tests/test_serving.py's TF1 session, configured as TF Serving's (Grappler on).
+    # Grappler (TensorFlow's graph optimizer) off for this process's functions, whose graphs
+    # the tests run a few times each (docs/figures.md). Its rewrites are TensorFlow's, and the
+    # product meets them where users do: in every CLI subprocess and in tests/test_serving.py's
+    # TF1 session, configured as TF Serving's (Grappler on).
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 

@@ -51,6 +51,7 @@ Example:
 """
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -185,9 +186,9 @@ def frozen_graph_def(concrete: tf.types.experimental.ConcreteFunction, inputs: l
     """tf2onnx's `tf_loader.from_function(concrete, inputs, outputs)` (the function's graph,
     variables frozen to constants, then optimized by Grappler for tf2onnx) without rebuilding
     a ConcreteFunction from the frozen GraphDef (see the module docstring)."""
-    converter = _FunctionConverterDataInEager(func=concrete, lower_control_flow=False,
-                                              aggressive_inlining=True)
-    graph_def, _ = _replace_variables_by_constants(converter_data=converter)
+    graph_def, _ = _replace_variables_by_constants(converter_data=_FunctionConverterDataInEager(
+        func=concrete, lower_control_flow=False, aggressive_inlining=True))
+    gc.collect()  # the converter's data holds the weights in reference cycles: freed now
     with tf.Graph().as_default() as graph:
         tf.import_graph_def(graph_def, name="")
     graph_def = tf_loader.fix_freezing_errors_part2(graph.as_graph_def(add_shapes=True))

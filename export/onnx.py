@@ -36,7 +36,8 @@ tokenizer's graph, model.onnx and the detokenizer's graph (`onnx.compose`). Opse
 * the graph is frozen as tf2onnx's large-model path freezes it (TensorFlow's
   `_replace_variables_by_constants`), not by `convert_variables_to_constants_v2`, which then
   rebuilds a ConcreteFunction op by op in Python only for tf2onnx to read its GraphDef back:
-  a quarter of a conversion, the same ONNX nodes and weights out (`frozen_graph_def`);
+  a quarter of a conversion, the same ONNX nodes and weights out (`frozen_graph_def`, which
+  also frees the freeze's copy of the weights at once, lowering the export's peak memory);
 * its back-to-back optimizer is left out: it merges two Reshapes even when its reshape
   optimizer has written a 0 ("copy the input's dimension") into the second shape, which breaks
   attention's split into heads once a zero bias has been folded away (an untrained model).

@@ -202,13 +202,12 @@ def log_softmax_without_underflow(model: onnx.ModelProto) -> int:
     session option `session.set_denormal_as_zero` sets only its pool's threads. Returns how
     many (docs/decoding-speed.md, "A shortlisted batch in ONNX Runtime: subnormals, a select,
     float32 columns")."""
-    return _log_softmaxes_in(model.graph)
+    return sum(_log_softmaxes_in(graph) for graph in all_graphs(model.graph))
 
 
 def _log_softmaxes_in(graph: onnx.GraphProto) -> int:
-    """`log_softmax_without_underflow` in `graph` and its subgraphs."""
-    made = sum(_log_softmaxes_in(attribute.g) for node in graph.node
-               for attribute in node.attribute if attribute.type == onnx.AttributeProto.GRAPH)
+    """`log_softmax_without_underflow` in `graph` itself (not its subgraphs)."""
+    made = 0
     for node in [node for node in graph.node if node.op_type == "LogSoftmax"]:
         axis = next((attribute.i for attribute in node.attribute if attribute.name == "axis"),
                     -1)
@@ -381,13 +380,10 @@ class _LayerNormMatch:
 
 def _rename_inputs(graph: onnx.GraphProto, names: dict[str, str]) -> None:
     """Replaces node input names in `graph` and its subgraphs."""
-    for node in graph.node:
+    for node in (node for body in all_graphs(graph) for node in body.node):
         for index, name in enumerate(node.input):
             if name in names:
                 node.input[index] = names[name]
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                _rename_inputs(attribute.g, names)
 
 
 def _remove_dead_nodes(graph: onnx.GraphProto) -> None:
@@ -407,9 +403,4 @@ def _remove_dead_nodes(graph: onnx.GraphProto) -> None:
 
 def _outer_names(graph: onnx.GraphProto) -> set[str]:
     """Every name a subgraph's nodes read (a superset of what it reads from outer scopes)."""
-    names = {name for node in graph.node for name in node.input}
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                names |= _outer_names(attribute.g)
-    return names
+    return {name for body in all_graphs(graph) for node in body.node for name in node.input}

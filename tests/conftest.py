@@ -188,16 +188,21 @@ TRANSLATOR_SETTINGS = {"beam_size": 4, "max_source_length": 40}  # export_transl
 
 @pytest.fixture(scope="session")
 def export_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run holding a vocabulary and a tiny model trained 100 steps (as checkpoints/averaged),
-    and its config (data.max_length 40: export_translator's max_source_length)."""
+    """A run holding a vocabulary and a tiny model, one layer a side, trained 100 steps (as
+    checkpoints/averaged), and its config (data.max_length 40: export_translator's
+    max_source_length). One decoder layer: each trace of a search (every export, every
+    translator in a test process) takes about 0.7x the CPU of the preset's two; the layer
+    that aligns among several is tests/test_ctranslate2.py's."""
 
     def build(directory: Path) -> None:
         from export.translator import Translator
         from export_helpers import make_model, train_spm, write_run
         from keras_transformer.decoding_settings import DecodingSettings
+        from tiny_run import ONE_LAYER_A_SIDE
 
         model_proto = train_spm(directory)
-        write_run(directory, Translator(make_model(model_proto, steps=100), model_proto,
+        model = make_model(model_proto, steps=100, **ONE_LAYER_A_SIDE)
+        write_run(directory, Translator(model, model_proto,
                                         DecodingSettings(**TRANSLATOR_SETTINGS)))
 
     return shared_directory(tmp_path_factory, "export_run", build) / "config.yaml"
@@ -211,10 +216,11 @@ def export_translator(export_config: Path) -> "Translator":
     from keras_transformer.decoding_settings import DecodingSettings
     from pipelines.paths import RunPaths
     from pipelines.checkpoints.weights import restore_model
+    from tiny_run import ONE_LAYER_A_SIDE
 
     paths = RunPaths(load_config(export_config).run_path)
     model_proto = paths.spm_model.read_bytes()
-    model = make_model(model_proto)
+    model = make_model(model_proto, **ONE_LAYER_A_SIDE)
     restore_model(model, paths.averaged)
     return Translator(model, model_proto, DecodingSettings(**TRANSLATOR_SETTINGS))
 

@@ -43,16 +43,25 @@ def test_the_int8_model_is_quantized_and_translates_every_line(ct2_dir):
 
 
 def test_a_pre_norm_model_with_learned_positions_converts_exactly(export_translator, tmp_path):
+    """Its three decoder layers: the word alignments are the middle one's
+    (`keras_transformer.alignment.alignment_layer`, neither the first nor the last) in both
+    runtimes, which the shared model's one layer cannot tell apart."""
     keras.utils.set_random_seed(1)
     proto = export_translator.spm_model_proto
     config = ModelConfig.from_preset("tiny", vocab_size=Tokenizer(proto).vocab_size,
                                      dropout=0.0, max_length=MAX_LENGTH, norm_first=True,
-                                     positional_encoding="learned")
+                                     positional_encoding="learned", num_decoder_layers=3)
     model = Transformer(config)
     translator = Translator(model, proto, DecodingSettings(beam_size=1, max_source_length=40))
     export_ctranslate2(translator, tmp_path, ("float32",))
-    assert CTranslate2Translator(tmp_path).translate_lines(SENTENCES, batch_size=1) == \
+    ct2 = CTranslate2Translator(tmp_path)
+    assert ct2.translate_lines(SENTENCES, batch_size=1) == \
         translator.translate_lines(SENTENCES, batch_size=1)
+    # untrained, it translates some lines to BOS pieces alone (text "", which the runtimes'
+    # word rules do not expect); the others to one word each, aligned alike
+    aligned = [pair for pair in translator.aligned_lines(SENTENCES) if pair[0]]
+    assert [pair for pair in ct2.aligned_lines(SENTENCES, batch_size=1) if pair[0]] == aligned
+    assert len(aligned) >= 4 and all(pairs for _, pairs in aligned)
 
 
 def test_a_model_with_other_head_sizes_is_refused(export_translator, tmp_path):

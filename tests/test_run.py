@@ -45,7 +45,8 @@ def tiny_config(demo_run, tmp_path_factory) -> Path:
         "name": "tiny", "run_dir": str(root / "runs" / "tiny"),
         "data": {"source": "files", **splits, "vocab_size": 400, "max_length": 64},
         # One layer a side: each stage traces or converts the model (a third less CPU than the
-        # tiny preset's two); the exports' parity over layers is tests/test_export.py's.
+        # tiny preset's two); the exports' parity over several layers is conftest.py's
+        # multilingual_export's (two a side) and tests/test_ctranslate2.py's (three decoder).
         "model": {"preset": "tiny", "num_encoder_layers": 1, "num_decoder_layers": 1,
                   "max_length": 128, "dtype": "float32"},
         # Enough steps for every training event (3 checkpoints kept and averaged, 2

@@ -150,7 +150,7 @@ def test_ctranslate2_ships_the_table_and_searches_a_batchs_union(shortlist_expor
         (alone,) = ct2.translate_pieces(ct2._source_pieces([line]))
         assert {processor.piece_to_id(piece) for piece in alone} <= candidates(table, proto,
                                                                                 line)
-    assert full.translate_lines(lines) != ct2.translate_lines(lines, batch_size=1)
+    assert full.translate_lines(SENTENCES) != ct2.translate_lines(SENTENCES, batch_size=1)
 
 
 def test_a_forced_prefix_or_term_outside_the_shortlist_is_produced(shortlisted, table,

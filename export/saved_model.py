@@ -141,8 +141,9 @@ class SavedModelTranslator:
     def __init__(self, version_dir: Path, shortlist: bool = True) -> None:
         """`shortlist` false: an export's lexical shortlist switched off (its
         `shortlist_enabled` variable, in this process: every piece searched). Raises
-        ExportError for a bfloat16 export where oneDNN would abort on it (an
-        ONEDNN_MAX_CPU_ISA cap below the CPU's bfloat16 instructions)."""
+        ExportError for a mixed-precision export where oneDNN would abort on it (an
+        ONEDNN_MAX_CPU_ISA cap below the CPU's 16-bit instructions:
+        `keras_transformer.precision.resolve`)."""
         self.version_dir = Path(version_dir)
         self.metadata = saved_model_metadata(self.version_dir)
         self.dtype = self.metadata.dtype

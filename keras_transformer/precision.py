@@ -7,10 +7,11 @@ weakest decides. oneDNN uses the instructions its cap ONEDNN_MAX_CPU_ISA (older 
 DNNL_MAX_CPU_ISA) allows: bfloat16 is native under a cap of at least AVX512_CORE_BF16 for
 avx512_bf16, AVX512_CORE_AMX for amx_bf16; an unknown cap counts as none of them.
 
-An explicit policy passes through, but mixed_bfloat16 is refused where it would abort the
+An explicit policy passes through, but a mixed one is refused where it would abort the
 process: TensorFlow hands bfloat16 ops to oneDNN on a CPU with avx512f or avx_ne_convert, and
-oneDNN fails to create their primitives ("could not create a primitive descriptor") when its
-cap is below AVX512_CORE (AVX2_VNNI_2 with avx_ne_convert alone).
+float16 ops on one with avx512_fp16 or avx_ne_convert, and oneDNN fails to create their
+primitives ("could not create a primitive descriptor") when its cap is below AVX512_CORE for
+bfloat16, AVX512_CORE_FP16 for float16 (AVX2_VNNI_2 with avx_ne_convert alone).
 
 No TensorFlow at import: `resolve` is pure, `detect` imports TensorFlow to list the GPUs.
 
@@ -34,8 +35,14 @@ ONEDNN_ISA_ALIASES = {"AVX10_1_512": "AVX512_CORE_FP16", "AVX10_1_512_AMX": "AVX
                       "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16", "ALL": "DEFAULT"}
 # CPU flag of native bfloat16 -> the lowest cap under which oneDNN uses it, best first.
 NATIVE_BF16 = (("amx_bf16", "AVX512_CORE_AMX"), ("avx512_bf16", "AVX512_CORE_BF16"))
-# CPU flag that makes TensorFlow run bfloat16 in oneDNN -> the lowest cap oneDNN then needs.
-ONEDNN_BF16 = (("avx_ne_convert", "AVX2_VNNI_2"), ("avx512f", "AVX512_CORE"))
+# A mixed policy's 16-bit type, and each CPU flag that makes TensorFlow run that type in
+# oneDNN -> the lowest cap oneDNN then needs (TensorFlow's IsDataTypeSupportedByOneDNNOnThisCPU).
+ONEDNN_16_BIT = {
+    "mixed_bfloat16": ("bfloat16", (("avx_ne_convert", "AVX2_VNNI_2"),
+                                    ("avx512f", "AVX512_CORE"))),
+    "mixed_float16": ("float16", (("avx_ne_convert", "AVX2_VNNI_2"),
+                                  ("avx512_fp16", "AVX512_CORE_FP16"))),
+}
 
 
 class Hardware(NamedTuple):
@@ -51,29 +58,28 @@ def resolve(requested: str, cpu_flags: frozenset[str], onednn_max_isa: str | Non
     """(Keras dtype policy, a one-line reason) for `requested` (`auto` or one of POLICIES).
 
     Raises:
-        ValueError: an unknown policy, or mixed_bfloat16 on a CPU-only machine whose oneDNN
-            cap makes oneDNN abort on bfloat16 ops.
+        ValueError: an unknown policy, or a mixed one on a CPU-only machine whose oneDNN cap
+            makes oneDNN abort on its 16-bit ops.
     """
     if requested == "auto":
         return choose_dtype(cpu_flags, onednn_max_isa, gpu_capabilities)
     if requested not in POLICIES:
         raise ValueError(f"unknown dtype policy {requested!r}; expected auto or one of "
                          f"{', '.join(POLICIES)}")
-    if requested != "mixed_bfloat16" or gpu_capabilities:
+    cap = _isa_rank(onednn_max_isa)  # None: a cap oneDNN does not know, and ignores
+    if requested not in ONEDNN_16_BIT or gpu_capabilities or cap is None:
         return requested, f"{requested}: as configured"
-    cap = _isa_rank(onednn_max_isa)
-    if cap is None:  # oneDNN ignores a cap it does not know
-        return requested, "mixed_bfloat16: as configured"
-    floors = [ONEDNN_ISAS.index(floor) for flag, floor in ONEDNN_BF16 if flag in cpu_flags]
+    half, needs = ONEDNN_16_BIT[requested]
+    floors = [ONEDNN_ISAS.index(floor) for flag, floor in needs if flag in cpu_flags]
     if floors and cap < min(floors):
         raise ValueError(
-            f"mixed_bfloat16 would abort inside oneDNN: ONEDNN_MAX_CPU_ISA={onednn_max_isa} "
-            f"is below {ONEDNN_ISAS[min(floors)]}, which oneDNN needs for bfloat16 on this "
+            f"{requested} would abort inside oneDNN: ONEDNN_MAX_CPU_ISA={onednn_max_isa} "
+            f"is below {ONEDNN_ISAS[min(floors)]}, which oneDNN needs for {half} on this "
             f"CPU; use `auto` or float32, or unset ONEDNN_MAX_CPU_ISA (DNNL_MAX_CPU_ISA)")
-    if _native_bf16(cpu_flags, cap) is None:
+    if requested == "mixed_bfloat16" and _native_bf16(cpu_flags, cap) is None:
         return requested, ("mixed_bfloat16: as configured, but slow: no native bfloat16 on "
                            "this CPU (no amx_bf16 or avx512_bf16 that oneDNN may use)")
-    return requested, "mixed_bfloat16: as configured"
+    return requested, f"{requested}: as configured"
 
 
 def choose_dtype(cpu_flags: frozenset[str], onednn_max_isa: str | None,

@@ -388,17 +388,27 @@ def saved_model_translator(saved_model_dir: Path) -> "SavedModelTranslator":
     return SavedModelTranslator(saved_model_dir)
 
 
+def _skip_where_onednn_aborts_on(policy: str) -> None:
+    from keras_transformer.precision import resolve_dtype
+
+    try:
+        resolve_dtype(policy)
+    except ValueError as error:
+        pytest.skip(str(error))
+
+
 @pytest.fixture
 def bfloat16_runs() -> None:
     """Skips a test that computes in bfloat16 where oneDNN would abort the process on it (a
     ONEDNN_MAX_CPU_ISA cap below what this CPU's bf16 needs, as the AVX2 emulation
     (docs/figures.md) sets); `resolve_dtype` refuses mixed_bfloat16 there with this reason."""
-    from keras_transformer.precision import resolve_dtype
+    _skip_where_onednn_aborts_on("mixed_bfloat16")
 
-    try:
-        resolve_dtype("mixed_bfloat16")
-    except ValueError as error:
-        pytest.skip(str(error))
+
+@pytest.fixture
+def float16_runs() -> None:
+    """As bfloat16_runs, for a test that computes in float16 (mixed_float16)."""
+    _skip_where_onednn_aborts_on("mixed_float16")
 
 
 @pytest.fixture(scope="session")

@@ -101,7 +101,7 @@ def _assert_identical(outs: list[Path], config: Path) -> None:
 
 @pytest.mark.slow
 def test_two_workers_agree_on_overflow_and_budget_and_finish_with_identical_weights(
-        tmp_path: Path) -> None:
+        tmp_path: Path, float16_runs: None) -> None:
     """Worker 1's float16 gradients overflow at update 5 and its clock runs 20 s ahead (it
     reaches the budget's 5% calibration point first): both skip the same update, plan at the
     same step and save by minutes at the same steps; the chief's validation at step 10 lasts

@@ -71,6 +71,26 @@ def test_explicit_bfloat16_under_a_cap_oneDNN_aborts_on_is_refused(flags, cap, f
     assert resolve("float32", flags, cap, []) == ("float32", "float32: as configured")
 
 
+AMX_FP16 = AMX | {"avx512bw", "avx512_fp16", "amx_fp16"}  # Sapphire Rapids and later
+
+
+@pytest.mark.parametrize("flags, cap, floor", [
+    (AMX_FP16, "AVX2", "AVX512_CORE_FP16"), (AMX_FP16, "AVX512_CORE_BF16", "AVX512_CORE_FP16"),
+    (frozenset({"avx2", "avx_ne_convert"}), "AVX2_VNNI", "AVX2_VNNI_2"),
+])
+def test_explicit_float16_under_a_cap_oneDNN_aborts_on_is_refused(flags, cap, floor):
+    """TensorFlow hands float16 to oneDNN on these CPUs; below `floor` oneDNN aborts the
+    process (a float16 MatMul under ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on the AMX Xeon of
+    docs/figures.md)."""
+    with pytest.raises(ValueError, match=f"^mixed_float16 would abort inside oneDNN: "
+                                         f"ONEDNN_MAX_CPU_ISA={cap} is below {floor}, which "
+                                         f"oneDNN needs for float16"):
+        resolve("mixed_float16", flags, cap, [])
+    assert resolve("mixed_float16", flags, floor, []) == ("mixed_float16",
+                                                          "mixed_float16: as configured")
+    assert resolve("mixed_float16", AVX2, "AVX2", [])[0] == "mixed_float16"  # Eigen's float16
+
+
 def test_unknown_policy_is_refused():
     with pytest.raises(ValueError, match="unknown dtype policy 'bfloat16'"):
         resolve("bfloat16", AVX2, None, [])

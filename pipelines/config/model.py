@@ -111,7 +111,7 @@ class ModelSection(ModelOverrides):
         checked by keras_transformer.precision.resolve_dtype.
 
         Raises:
-            ConfigError: mixed_bfloat16 where ONEDNN_MAX_CPU_ISA would make oneDNN abort.
+            ConfigError: a mixed policy where ONEDNN_MAX_CPU_ISA would make oneDNN abort.
         """
         return resolved_dtype_for("model.dtype", self.dtype)
 

@@ -71,7 +71,7 @@ def test_explicit_bfloat16_under_a_cap_oneDNN_aborts_on_is_refused(flags, cap, f
     assert resolve("float32", flags, cap, []) == ("float32", "float32: as configured")
 
 
-AMX_FP16 = AMX | {"avx512bw", "avx512_fp16", "amx_fp16"}  # Sapphire Rapids and later
+AMX_FP16 = AMX | {"avx512bw", "avx512_fp16"}  # Sapphire Rapids and later
 
 
 @pytest.mark.parametrize("flags, cap, floor", [

@@ -186,16 +186,14 @@ def frozen_graph_def(concrete: tf.types.experimental.ConcreteFunction, inputs: l
                      outputs: list[str]) -> tf.compat.v1.GraphDef:
     """tf2onnx's `tf_loader.from_function(concrete, inputs, outputs)` (the function's graph,
     variables frozen to constants, then optimized by Grappler for tf2onnx) without rebuilding
-    a ConcreteFunction from the frozen GraphDef (see the module docstring)."""
+    a ConcreteFunction from the frozen GraphDef (see the module docstring). `inputs`: the
+    function's inputs that are not resources (what from_function keeps of its names)."""
     graph_def, _ = _replace_variables_by_constants(converter_data=_FunctionConverterDataInEager(
         func=concrete, lower_control_flow=False, aggressive_inlining=True))
     gc.collect()  # the converter's data holds the weights in reference cycles: freed now
     with tf.Graph().as_default() as graph:
         tf.import_graph_def(graph_def, name="")
-    graph_def = tf_loader.fix_freezing_errors_part2(graph.as_graph_def(add_shapes=True))
-    with tf.Graph().as_default() as graph, tf_loader.tf_session(graph=graph) as session:
-        tf.import_graph_def(graph_def, name="")
-        inputs = tf_loader.inputs_without_resource(session, inputs)
+        graph_def = tf_loader.fix_freezing_errors_part2(graph.as_graph_def(add_shapes=True))
         return tf_loader.tf_optimize(inputs, outputs, graph_def)
 
 

@@ -69,12 +69,12 @@ def resolve(requested: str, cpu_flags: frozenset[str], onednn_max_isa: str | Non
     cap = _isa_rank(onednn_max_isa)  # None: a cap oneDNN does not know, and ignores
     if requested not in ONEDNN_16_BIT or gpu_capabilities or cap is None:
         return requested, f"{requested}: as configured"
-    half, needs = ONEDNN_16_BIT[requested]
+    type_name, needs = ONEDNN_16_BIT[requested]
     floors = [ONEDNN_ISAS.index(floor) for flag, floor in needs if flag in cpu_flags]
     if floors and cap < min(floors):
         raise ValueError(
             f"{requested} would abort inside oneDNN: ONEDNN_MAX_CPU_ISA={onednn_max_isa} "
-            f"is below {ONEDNN_ISAS[min(floors)]}, which oneDNN needs for {half} on this "
+            f"is below {ONEDNN_ISAS[min(floors)]}, which oneDNN needs for {type_name} on this "
             f"CPU; use `auto` or float32, or unset ONEDNN_MAX_CPU_ISA (DNNL_MAX_CPU_ISA)")
     if requested == "mixed_bfloat16" and _native_bf16(cpu_flags, cap) is None:
         return requested, ("mixed_bfloat16: as configured, but slow: no native bfloat16 on "

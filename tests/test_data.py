@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from pipelines.training.buckets import bucket_boundaries
-from pipelines.training.data import length_stats, make_dataset
+from pipelines.training.data import any_pair_fits, length_stats, make_dataset
 from pipelines.corpus.shards import train_shards
 
 
@@ -140,6 +140,32 @@ def test_budget_too_small_for_the_longest_bucket(demo):
                        r"4 replica\(s\) holds a pair of data.max_length \(128\) tokens padded "
                        r"to its length bucket \(4 x 128\), got 256$"):
         batches(demo, batch_tokens=256, num_replicas=4)
+
+
+def test_any_pair_fits_finds_the_one_pair_at_max_length_in_a_later_shard(demo, tmp_path):
+    """The check before training (`any_pair_fits`): one pair whose longer side is exactly
+    max_length tokens (BOS / EOS included), past the first blocks of the second shard, is
+    found; at one token less nothing fits; a missing shard is named."""
+    processor = spm.SentencePieceProcessor(model_file=str(demo["model"]))
+    pairs = list(zip(*(demo[side].read_text(encoding="utf-8").splitlines()
+                       for side in ("src", "tgt"))))
+    longest = [max(len(processor.encode(src)) + 1, len(processor.encode(tgt)) + 2)
+               for src, tgt in pairs]
+    limit = 20
+    [fitting, *_] = [pair for pair, length in zip(pairs, longest) if length == limit]
+    long_pairs = [pair for pair, length in zip(pairs, longest) if length > limit][:600]
+    shards = []
+    for index, shard_pairs in enumerate([long_pairs[:300], long_pairs[300:500] + [fitting]
+                                         + long_pairs[500:]]):
+        shard = tuple(tmp_path / f"train-{index}.{side}" for side in ("src", "tgt"))
+        for side, path in enumerate(shard):
+            path.write_text("".join(pair[side] + "\n" for pair in shard_pairs), encoding="utf-8")
+        shards.append(shard)
+    assert any_pair_fits(shards, demo["model"], limit)
+    assert not any_pair_fits(shards, demo["model"], limit - 1)
+    missing = tmp_path / "missing.src"
+    with pytest.raises(FileNotFoundError, match=f"^{missing}: no such file$"):
+        any_pair_fits([(missing, shards[0][1])], demo["model"], limit)
 
 
 # Pairs enough for 4 shards read together; what is checked is exact (each pair once), not a

@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -156,11 +157,23 @@ def make_dataset(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path
 def any_pair_fits(shards: Sequence[tuple[str | Path, str | Path]], spm_model_path: str | Path,
                   max_length: int) -> bool:
     """Whether some pair of `shards` has at most `max_length` tokens on each side (BOS / EOS
-    included). Reads up to the first such pair: at once, unless none fits."""
-    pairs = _tokenized(_pairs(shards, None, False, None, tf.data.AUTOTUNE),
-                       Tokenizer.from_file(spm_model_path), tf.data.AUTOTUNE)
-    fitting = pairs.filter(no_autograph(lambda ex: _longest_side(ex) <= max_length)).take(1)
-    return any(True for _ in fitting)
+    included), tokenized as in training. Reads up to the first such pair, eagerly in blocks
+    that grow from 64 lines: at the start of every training, where building a tf.data pipeline
+    would cost more than reading the first lines."""
+    tokenizer = Tokenizer.from_file(spm_model_path)
+    for source_path, target_path in shards:
+        _check_files([source_path, target_path])
+        with open(source_path, "rb") as sources, open(target_path, "rb") as targets:
+            pairs, block = zip(sources, targets), 64
+            while lines := list(itertools.islice(pairs, block)):
+                source, target = ([line.rstrip(b"\n") for line in side] for side in zip(*lines))
+                encoded = _encoded(tokenizer, tf.constant(source), tf.constant(target))
+                longest = tf.maximum(encoded["source_ids"].row_lengths(),
+                                     encoded["target_ids"].row_lengths())  # [block]
+                if bool(tf.reduce_any(longest <= max_length)):
+                    return True
+                block = min(2 * block, LENGTHS_BATCH)
+    return False
 
 
 def length_stats(src_path: str | Path, tgt_path: str | Path, spm_model_path: str | Path, *,
@@ -200,9 +213,7 @@ def _pairs(shards: Sequence[tuple[str | Path, str | Path]],
     if alignments is not None:
         columns.append([str(path) for path in alignments])
     for column in columns:
-        for path in column:
-            if not Path(path).is_file():
-                raise FileNotFoundError(f"{path}: no such file")
+        _check_files(column)
     pipelines = input_context.num_input_pipelines if input_context else 1
     files = tf.data.Dataset.from_tensor_slices(tuple(columns))
     by_file = pipelines > 1 and len(shards) >= pipelines
@@ -217,6 +228,13 @@ def _pairs(shards: Sequence[tuple[str | Path, str | Path]],
     if pipelines > 1 and not by_file:
         dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
     return dataset
+
+
+def _check_files(paths: Sequence[str | Path]) -> None:
+    """A FileNotFoundError naming the first of `paths` that is not a file."""
+    for path in paths:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: no such file")
 
 
 def _mixed(shards: Sequence[tuple[str | Path, str | Path]], corpora: Sequence[int],
@@ -237,6 +255,13 @@ def _mixed(shards: Sequence[tuple[str | Path, str | Path]], corpora: Sequence[in
     return tf.data.Dataset.sample_from_datasets(streams, [w / total for w in weights], seed=seed)
 
 
+def _encoded(tokenizer: Tokenizer, src: tf.Tensor, tgt: tf.Tensor) -> dict[str, tf.RaggedTensor]:
+    """Source and target lines [chunk] -> {"source_ids": [chunk, (src_len)] (.. EOS),
+    "target_ids": [chunk, (tgt_len)] (BOS .. EOS)}."""
+    return {"source_ids": tokenizer.tokenize(src, add_eos=True),
+            "target_ids": tokenizer.tokenize(tgt, add_bos=True, add_eos=True)}
+
+
 def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer, parallel: int,
                extra: tuple[str, ...] = ()) -> tf.data.Dataset:
     """String pairs -> {"source_ids": [src_len] (.. EOS), "target_ids": [tgt_len] (BOS .. EOS)};
@@ -244,10 +269,7 @@ def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer, parallel: int,
     corpus index as "corpus")."""
 
     def encode(src: tf.Tensor, tgt: tf.Tensor, *values: tf.Tensor) -> dict[str, tf.Tensor]:
-        encoded = {"source_ids": tokenizer.tokenize(src, add_eos=True),  # [chunk, (src_len)]
-                   "target_ids": tokenizer.tokenize(tgt, add_bos=True,
-                                                    add_eos=True)}  # [chunk, (tgt_len)]
-        return {**encoded, **dict(zip(extra, values))}  # values: [chunk] each
+        return {**_encoded(tokenizer, src, tgt), **dict(zip(extra, values))}  # values: [chunk]
 
     return (pairs.batch(TOKENIZE_BATCH)
             .map(no_autograph(encode), num_parallel_calls=parallel)

@@ -151,6 +151,42 @@ def test_layer_norms_are_fused_where_they_normalise_the_last_axis(onnx_dir, expo
                                    rtol=1e-5, atol=1e-5)
 
 
+def test_each_attention_of_the_step_is_one_fused_node_and_the_rest_are_left(onnx_dir,
+                                                                          export_translator):
+    """In the steps' loop of model.onnx and model_int8.onnx, each decoder layer's two attentions
+    are ONNX Runtime's MultiHeadAttention (no Softmax is left there), and the memory's mask
+    becomes its bias once, in the sentences' loop; the encoder's attention over whole sources
+    and score.onnx's over whole targets keep their nodes. (That they compute what the graph
+    does: test_model_onnx_equals_keras_level_beam_search and the ONNX parity tests.)"""
+    from export.metadata import INT8_MODEL_FILE, SCORE_FILE
+
+    config = export_translator.model.model_config
+
+    def counts(graph: onnx.GraphProto) -> dict[str, int]:
+        types = [node.op_type for node in graph.node]
+        return {op_type: types.count(op_type)
+                for op_type in ("MultiHeadAttention", "Softmax", "Where")}
+
+    def loops(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+        return [attribute.g for node in graph.node if node.op_type == "Loop"
+                for attribute in node.attribute if attribute.name == "body"]
+
+    for name in ("model.onnx", INT8_MODEL_FILE):
+        model = onnx.load(str(onnx_dir / name))
+        [sentences] = loops(model.graph)
+        [steps] = loops(sentences)
+        assert counts(steps)["MultiHeadAttention"] == 2 * config.num_decoder_layers, name
+        assert counts(steps)["Softmax"] == 0, name
+        assert sum(node.output[0].endswith("/attention_bias") for node in sentences.node) == 1
+        assert counts(model.graph)["MultiHeadAttention"] == 0, name
+        assert counts(model.graph)["Softmax"] == config.num_encoder_layers, name
+        assert {"com.microsoft"} <= {opset.domain for opset in model.opset_import}
+    score = onnx.load(str(onnx_dir / SCORE_FILE))
+    assert sum(counts(graph)["MultiHeadAttention"] for graph in all_graphs(score.graph)) == 0
+    assert sum(counts(graph)["Softmax"] for graph in all_graphs(score.graph)) == \
+        config.num_encoder_layers + 2 * config.num_decoder_layers
+
+
 @pytest.mark.slow  # an ONNX conversion
 def test_a_select_is_one_where_that_keeps_tensorflows_choice_beside_infinities():
     """tf.where converts to one Where node (tf2onnx writes Cast, Not, two Muls and an Add, whose

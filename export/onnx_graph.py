@@ -255,18 +255,25 @@ def fuse_step_attention(model: onnx.ModelProto) -> int:
     products and softmax are those of the nodes it replaces) in about ten fewer nodes a
     decoder layer and step (docs/decoding-speed.md, "Fused attention in ONNX Runtime").
     Returns how many."""
-    fused = _attention_in(model.graph, [], {})
+    unread: set[str] = set()  # what the replaced nodes read
+    fused = _attention_in(model.graph, [], {}, unread)
+    for graph in all_graphs(model.graph):  # the constants only they read (ONNX Runtime warns)
+        read = {name for node in graph.node for name in [*node.input, *_subgraph_reads(node)]}
+        for tensor in [tensor for tensor in graph.initializer
+                       if tensor.name in unread - read]:
+            graph.initializer.remove(tensor)
     if fused and not any(opset.domain == CONTRIB_DOMAIN for opset in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid(CONTRIB_DOMAIN, 1))
     return fused
 
 
 def _attention_in(graph: onnx.GraphProto, scopes: list[onnx.GraphProto],
-                  outer: dict[str, onnx.TensorProto]) -> int:
+                  outer: dict[str, onnx.TensorProto], unread: set[str]) -> int:
     """`fuse_step_attention` in `graph` and its subgraphs; `scopes`: the enclosing graphs,
-    outermost first, whose initializers are `outer`."""
+    outermost first, whose initializers are `outer`; adds what the replaced nodes read to
+    `unread`."""
     constants = {**outer, **{tensor.name: tensor for tensor in graph.initializer}}
-    fused = sum(_attention_in(attribute.g, [*scopes, graph], constants)
+    fused = sum(_attention_in(attribute.g, [*scopes, graph], constants, unread)
                 for node in list(graph.node) for attribute in node.attribute
                 if attribute.type == onnx.AttributeProto.GRAPH)
     for softmax in [node for node in graph.node if node.op_type == "Softmax"]:
@@ -306,6 +313,7 @@ def _attention_in(graph: onnx.GraphProto, scopes: list[onnx.GraphProto],
             graph.node.insert(position + offset, node)
         for node in found.removed:
             graph.node.remove(node)
+            unread.update(node.input)
         fused += 1
     if fused:
         _sort_topologically(graph)

@@ -345,6 +345,9 @@ class _AttentionMatch:
         self.graph_outputs = graph_outputs
 
     def at(self, softmax: onnx.NodeProto) -> _Attention | None:
+        if next((attribute.i for attribute in softmax.attribute if attribute.name == "axis"),
+                -1) not in (-1, 3):
+            return None
         scores, mask = softmax.input[0], None
         select = _made_by(self.producers, scores, "Where")
         if select is not None:

@@ -66,7 +66,8 @@ from tf2onnx.handler import tf_op
 from tensorflow.python.framework.convert_to_constants import (
     _FunctionConverterDataInEager, _replace_variables_by_constants)
 
-from export.onnx_graph import (fuse_layer_norms, fuse_step_attention, hoist_loop_invariants,
+from export.onnx_attention import fuse_step_attention
+from export.onnx_graph import (fuse_layer_norms, hoist_loop_invariants,
                                log_softmax_without_underflow, selects_as_where, sink_initializers)
 from export.onnx_quantize import quantize_int8
 from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SCORE_FILE,

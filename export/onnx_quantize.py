@@ -23,7 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from export.onnx_graph import all_graphs
+from export.onnx_graph import CONTRIB_DOMAIN, all_graphs
 from keras_transformer.layers.positional_encoding import POSITIONS_OP
 from keras_transformer.shortlist import KERNEL_OP
 
@@ -76,14 +76,14 @@ def quantize_shortlist_kernel(model: onnx.ModelProto) -> int:
         for graph in all_graphs(model.graph):
             for node in graph.node:
                 if node.op_type == "MatMul" and node.input[1] == columns:
-                    node.op_type, node.domain = "DynamicQuantizeMatMul", "com.microsoft"
+                    node.op_type, node.domain = "DynamicQuantizeMatMul", CONTRIB_DOMAIN
                     node.input[1] = gather.output[0]
                     node.input.append(column_scales)
         if not any(name in node.input for graph in all_graphs(model.graph)
                    for node in graph.node):
             model.graph.initializer.remove(initializers[name])  # the float32 kernel
-    if gathers and not any(op.domain == "com.microsoft" for op in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    if gathers and not any(op.domain == CONTRIB_DOMAIN for op in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
     return len(gathers)
 
 

@@ -63,7 +63,8 @@ def compiled_search(model: Transformer, settings: DecodingSettings,
         ids, scores, steps = static_beam_search(
             lambda last_ids, step, cache: candidate_step(model, last_ids, step, cache,
                                                          output_kernel, candidate_ids,
-                                                         fixed=True),
+                                                         fixed=True,
+                                                         beam_size=settings.beam_size),
             cache, max_lengths, length=length, beam_size=settings.beam_size, bos_id=BOS_ID,
             eos_id=EOS_ID, alpha=settings.alpha, pad_id=PAD_ID, stop=settings.stop)
         return (tf.where(empty[:, None, None], PAD_ID, vocabulary_ids(ids, candidate_ids)),

@@ -90,7 +90,8 @@ def constrained_beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cac
 
     Args:
         symbols_to_logits_fn: fn(ids [batch * beam, step + 1], step, cache) -> (logits, cache).
-        initial_cache: nested dict of tensors [batch, ...], tiled here to [batch * beam, ...].
+        initial_cache: nested dict of tensors [batch, ...], its per-row ones tiled here to
+            [batch * beam, ...] (`search_primitives.start_beams`).
         max_decode_lengths: int32 [batch], each sentence's maximum output length.
         terms: int [batch, terms, pieces]: each term's pieces, then pad_id.
         beam_size, bos_id, eos_id, pad_id, alpha, stop: as `beam_search`'s.

@@ -43,8 +43,8 @@ from keras_transformer.greedy import greedy_search
 from keras_transformer.decoding_settings import check_stop_rule
 from keras_transformer.search_primitives import (DEFAULTS, NEG_INF, Cache, SymbolsToLogitsFn,
                                                  best_hypotheses, cache_invariants,
-                                                 length_penalty,
-                                                 log_probs_step, reorder_cache,
+                                                 length_penalty, log_probs_step, map_cache,
+                                                 reorder_cache,
                                                  sentences_done, start_beams)
 from keras_transformer.top_k import beam_top_k
 
@@ -76,7 +76,8 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
 
     Args:
         symbols_to_logits_fn: fn(ids [batch * beam, step + 1], step, cache) -> (logits, cache).
-        initial_cache: nested dict of tensors [batch, ...], tiled here to [batch * beam, ...].
+        initial_cache: nested dict of tensors [batch, ...], its per-row ones tiled here to
+            [batch * beam, ...] (`search_primitives.start_beams`).
         max_decode_lengths: int32 [batch], each sentence's maximum output length.
         beam_size: hypotheses kept per sentence (a Python int).
         bos_id, eos_id, pad_id: the start, end and padding ids.
@@ -140,7 +141,8 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
 def _retire(state: SearchState, *, beam_size: int, alpha: float, pad_id: int,
             stop: str) -> SearchState:
     """Writes the final beams of the sentences that are done into the output and drops them
-    from the search: every tensor of the active sentences (their cache too) is gathered."""
+    from the search: every tensor of the active sentences (their cache too: its rows, and its
+    per-sentence tensors) is gathered."""
     beams = state.beams
     done = sentences_done(beams, state.max_lengths, alpha, stop)  # [active]
     seq, scores = best_hypotheses(  # [active, beam, step + 1], [active, beam]
@@ -160,7 +162,8 @@ def _retire(state: SearchState, *, beam_size: int, alpha: float, pad_id: int,
             alive_log_probs=tf.gather(beams.alive_log_probs, keep),
             finished_seq=tf.gather(beams.finished_seq, keep),
             finished_scores=tf.gather(beams.finished_scores, keep),
-            cache=tf.nest.map_structure(lambda t: tf.gather(t, keep_rows), beams.cache)),
+            cache=map_cache(beams.cache, lambda t: tf.gather(t, keep_rows),
+                            lambda t: tf.gather(t, keep))),
         sentence=tf.gather(state.sentence, keep),
         max_lengths=tf.gather(state.max_lengths, keep),
         output_seq=tf.tensor_scatter_nd_update(output_seq, rows, tf.gather(seq, retired)),

@@ -13,7 +13,7 @@ its members' log-softmax (log-linear averaging, as Marian and OpenNMT-py ensembl
 reader takes their log-softmax, which renormalizes that mean, so that beam search, sampling,
 forced prefixes, terms and `keras_transformer.scoring` all read one distribution, and `score`
 gives a searched translation back its search score. Each member's decoding cache sits under
-its own key (`member_I`), so beam search tiles and reorders them all. Limits are the
+its own key (`member_I`), so beam search tiles and reorders their per-row tensors alike. Limits are the
 strictest member's: `model_config` is the first member's with the smallest `max_length`.
 Alignments (`keras_transformer.alignment`) read the first member's attention, as Marian reads
 one model's (its alignment model's); an ensemble has no attention of its own to average.
@@ -113,13 +113,14 @@ class Ensemble:
                                                              strict=True))}
 
     def decode_step(self, ids: tf.Tensor, step: tf.Tensor | int, cache: Cache,
-                    output_kernel: Sequence[tf.Tensor] | None = None,
-                    fixed: bool = False) -> tuple[tf.Tensor, Cache]:
-        """`Transformer.decode_step` of every member: float32 [batch, vocab], the mean of
-        their log-softmax, and the members' caches extended (`output_kernel`: the tuple
+                    output_kernel: Sequence[tf.Tensor] | None = None, fixed: bool = False,
+                    rows_per_sentence: int = 1) -> tuple[tf.Tensor, Cache]:
+        """`Transformer.decode_step` of every member: float32 [n, vocab], the mean of their
+        log-softmax, and the members' caches extended (`output_kernel`: the tuple
         `embedding.output_kernel()` gave)."""
         kernels = output_kernel or (None,) * len(self.members)
-        steps = [member.decode_step(ids, step, cache[member_key(index)], kernel, fixed)
+        steps = [member.decode_step(ids, step, cache[member_key(index)], kernel, fixed,
+                                    rows_per_sentence)
                  for index, (member, kernel) in enumerate(zip(self.members, kernels,
                                                               strict=True))]
         return (_mean_log_probs([logits for logits, _ in steps]),

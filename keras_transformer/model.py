@@ -22,7 +22,7 @@ import tensorflow as tf
 from keras_transformer.config import ModelConfig
 from keras_transformer.layers import (DecoderLayer, EncoderLayer, LearnedPositionalEmbedding,
                                       SharedEmbedding, SinusoidalPositionalEncoding)
-from keras_transformer.search_primitives import Cache
+from keras_transformer.search_primitives import SENTENCE_KEY, Cache
 
 
 def padding_mask(ids: tf.Tensor, pad_id: int) -> tf.Tensor:
@@ -203,29 +203,33 @@ class Transformer(keras.Model):
     def init_cache(self, memory: tf.Tensor, memory_mask: tf.Tensor,
                    length: tf.Tensor | int = 0) -> Cache:
         """The decoding cache for `memory` [batch, src_time, d_model]: every tensor in it has
-        the batch as its leading dimension, so beam search can tile and reorder it. `length`
-        > 0: self-attention caches of that fixed size (`decode_step(..., fixed=True)`, under
-        XLA only), else growing ones."""
-        cache: Cache = {"memory_mask": memory_mask}
+        the batch as its leading dimension, so beam search can tile and reorder its per-row
+        tensors (the self-attention's), and keeps the per-sentence ones (the memory's mask,
+        keys and values, under SENTENCE_KEY) a row per sentence. `length` > 0:
+        self-attention caches of that fixed size (`decode_step(..., fixed=True)`, under XLA
+        only), else growing ones."""
+        cache: Cache = {SENTENCE_KEY: {"memory_mask": memory_mask}}
         for i, layer in enumerate(self.decoder_layers):
             cache[f"layer_{i}"] = layer.init_cache(memory, length)
         return cache
 
     def decode_step(self, ids: tf.Tensor, step: tf.Tensor | int, cache: Cache,
-                    output_kernel: tf.Tensor | None = None,
-                    fixed: bool = False) -> tuple[tf.Tensor, Cache]:
-        """Decodes position `step` given its input token ids [batch]: returns float32 logits
-        [batch, vocab] for the next token and the cache extended by one position (`fixed`:
-        written at position `step` of a fixed-size cache). `output_kernel`:
-        `embedding.output_kernel()`, computed once before a decoding loop (else the
-        embedding is transposed at every step)."""
+                    output_kernel: tf.Tensor | None = None, fixed: bool = False,
+                    rows_per_sentence: int = 1) -> tuple[tf.Tensor, Cache]:
+        """Decodes position `step` given its input token ids [n]: returns float32 logits [n,
+        vocab] for the next token and the cache extended by one position (`fixed`: written at
+        position `step` of a fixed-size cache). `output_kernel`: `embedding.output_kernel()`,
+        computed once before a decoding loop (else the embedding is transposed at every
+        step). `rows_per_sentence`: the consecutive rows (a beam search's beams) that read a
+        sentence's row of the cache's per-sentence tensors."""
         x = tf.squeeze(self.target_positions(self.embedding(tf.expand_dims(ids, 1)), start=step),
-                       1)  # [b, d]
-        new_cache: Cache = {"memory_mask": cache["memory_mask"]}
+                       1)  # [n, d]
+        new_cache: Cache = {SENTENCE_KEY: cache[SENTENCE_KEY]}
+        memory_mask = cache[SENTENCE_KEY]["memory_mask"]  # [n / rows_per_sentence, 1, 1, s]
         for i, layer in enumerate(self.decoder_layers):
-            x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"],
-                                                     cache["memory_mask"],
-                                                     step if fixed else None)
+            x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"], memory_mask,
+                                                     step if fixed else None,
+                                                     rows_per_sentence)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.embedding.logits(x, output_kernel), new_cache  # [b, vocab] float32

@@ -8,11 +8,15 @@ The model is reached only through a scoring function::
       ids:    int32 [n, step + 1], the decoded prefix starting with BOS (a model reads ids[:, -1])
       step:   int32 scalar, the position of the last token of `ids` (0 for BOS)
       cache:  nested dict of tensors with leading dimension n; a tensor may grow along any
-              axis from step to step (self-attention keys/values grown with tf.concat)
+              axis from step to step (self-attention keys/values grown with tf.concat);
+              what sits under a SENTENCE_KEY entry (at any depth) has leading dimension
+              batch instead: one row per sentence, read by all its beams alike (the
+              memory's keys and values, its mask), never tiled nor reordered
       logits: float [n, vocab] for the next token (any float dtype; scored in float32)
 
 n is batch * beam (batch-major: row b * beam + k); the batch for greedy search. A search's
-`initial_cache` has leading dimension batch; `start_beams` tiles it to the beams.
+`initial_cache` has leading dimension batch; `start_beams` tiles its per-row tensors to the
+beams.
 
 A beam search keeps an alive and a finished set of `beam_size` hypotheses per sentence. A
 sentence stops when it reaches its maximum length, or by the `stop` rule (`sentences_done`,
@@ -40,6 +44,7 @@ import tensorflow as tf
 from keras_transformer.decoding_settings import DecodingSettings
 
 Cache = dict[str, Any]
+SENTENCE_KEY = "per_sentence"  # a cache entry whose tensors hold one row per sentence
 SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
 
 NEG_INF = -1e9  # the score of an impossible hypothesis: finite, so no NaN from inf - inf
@@ -68,13 +73,13 @@ def start_beams(initial_cache: Cache, batch: tf.Tensor, beam_size: int
                 ) -> tuple[tf.Tensor, tf.Tensor, Cache]:
     """A beam search's first state: (alive log-probs float32 [batch, beam]: 0 for the first
     beam and NEG_INF for the others, so that the first step extends BOS once; finished scores
-    float32 [batch, beam], all NEG_INF (empty); the cache [batch * beam, ...], each row
-    repeated beam_size times in place)."""
+    float32 [batch, beam], all NEG_INF (empty); the cache's per-row tensors [batch * beam,
+    ...], each row repeated beam_size times in place, its per-sentence ones as they were)."""
     first_beam_only = tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)])  # [1, beam]
     alive_log_probs = tf.tile(first_beam_only, [batch, 1])  # [batch, beam]
     finished_scores = tf.fill([batch, beam_size], NEG_INF)  # [batch, beam]
-    return alive_log_probs, finished_scores, tf.nest.map_structure(
-        lambda t: tile_beams(t, beam_size), initial_cache)
+    return alive_log_probs, finished_scores, map_cache(
+        initial_cache, lambda t: tile_beams(t, beam_size), lambda t: t)
 
 
 def tile_beams(tensor: tf.Tensor, beam_size: int) -> tf.Tensor:
@@ -86,10 +91,23 @@ def tile_beams(tensor: tf.Tensor, beam_size: int) -> tf.Tensor:
 
 def reorder_cache(cache: Cache, previous: Cache, rows: tf.Tensor) -> Cache:
     """The cache a step returned with its rows gathered to the surviving beams (rows int32
-    [batch * beam]); a tensor the step returned unchanged (the same object: encoder-decoder
-    keys/values, the memory mask) holds every beam of its sentence alike and is kept."""
-    return tf.nest.map_structure(lambda new, old: new if new is old else tf.gather(new, rows),
-                                 cache, previous)
+    [batch * beam]); a tensor the step returned unchanged (the same object: a forced prefix,
+    a shortlist's bias) holds every beam of its sentence alike and is kept, as are the
+    per-sentence tensors."""
+    return {key: value if key == SENTENCE_KEY
+            else reorder_cache(value, previous[key], rows) if isinstance(value, dict)
+            else tf.nest.map_structure(lambda new, old: new if new is old
+                                       else tf.gather(new, rows), value, previous[key])
+            for key, value in cache.items()}
+
+
+def map_cache(cache: Cache, per_row: Callable[[tf.Tensor], tf.Tensor],
+              per_sentence: Callable[[tf.Tensor], tf.Tensor]) -> Cache:
+    """The cache with `per_row` applied to each per-row tensor and `per_sentence` to each
+    tensor under a SENTENCE_KEY entry (module docstring)."""
+    return {key: tf.nest.map_structure(per_sentence, value) if key == SENTENCE_KEY
+            else map_cache(value, per_row, per_sentence) if isinstance(value, dict)
+            else tf.nest.map_structure(per_row, value) for key, value in cache.items()}
 
 
 def sentences_done(state: Any, max_lengths: tf.Tensor, alpha: float, stop: str) -> tf.Tensor:

@@ -20,7 +20,8 @@ ids[:, :, :steps]).
 
 Example:
     ids, scores, steps = static_beam_search(
-        lambda last_ids, step, cache: model.decode_step(last_ids, step, cache, fixed=True),
+        lambda last_ids, step, cache: model.decode_step(last_ids, step, cache, fixed=True,
+                                                        rows_per_sentence=4),
         cache, max_lengths, length=length, beam_size=4, bos_id=BOS_ID, eos_id=EOS_ID,
         pad_id=PAD_ID)  # cache: model.init_cache(memory, memory_mask, length)
     ids[:, :, :steps]  # int32 [batch, beam, steps], as beam_search returns them

@@ -100,7 +100,8 @@ def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, settings: Decod
     if prefix_ids is not None:
         cache[PREFIX_KEY] = tf.pad(_indices(tf.cast(prefix_ids, tf.int32), candidate_ids,
                                             model), [[0, 0], [0, 1]])  # PAD last
-    ids, scores = beam_search(_scoring(model, candidate_ids), cache, max_lengths,
+    ids, scores = beam_search(_scoring(model, candidate_ids, settings.beam_size), cache,
+                              max_lengths,
                               beam_size=settings.beam_size, bos_id=BOS_ID, eos_id=EOS_ID,
                               alpha=settings.alpha, pad_id=PAD_ID, stop=settings.stop,
                               vocab_size=None if candidate_ids is None
@@ -148,7 +149,7 @@ def decode_with_terms(model: Transformer, source_ids: tf.Tensor, settings: Decod
     if candidate_ids is not None and word_end is not None:
         search_word_end = tf.gather(word_end, candidate_ids)  # [U]
     ids, scores = constrained_beam_search(
-        _scoring(model, candidate_ids), cache, max_lengths,
+        _scoring(model, candidate_ids, settings.beam_size), cache, max_lengths,
         tf.where(fit[:, None, None], _indices(term_ids, candidate_ids, model), PAD_ID),
         beam_size=settings.beam_size, bos_id=BOS_ID, eos_id=EOS_ID, alpha=settings.alpha,
         pad_id=PAD_ID, stop=settings.stop, word_end=search_word_end)  # [batch, beam, time]
@@ -206,14 +207,16 @@ def _indices(ids: tf.Tensor, candidate_ids: tf.Tensor | None, model: Transformer
 
 def candidate_step(model: Transformer, last_ids: tf.Tensor, step: tf.Tensor, cache: dict,
                    output_kernel: tf.Tensor, candidate_ids: tf.Tensor | None = None,
-                   fixed: bool = False) -> tuple[tf.Tensor, dict]:
-    """`Transformer.decode_step` for a search: last_ids [n] and the logits [n, U] are
-    candidate indices and `output_kernel` [d_model, U] their columns (`candidate_ids` int32
-    [U]; None: the vocabulary's ids and kernel); a row's logits outside its own candidates
-    (cache[SHORTLIST_KEY] float32 [n, U], returned unchanged, added) are about NEG_INF."""
+                   fixed: bool = False, beam_size: int = 1) -> tuple[tf.Tensor, dict]:
+    """`Transformer.decode_step` for a search of `beam_size` rows a sentence: last_ids [n]
+    and the logits [n, U] are candidate indices and `output_kernel` [d_model, U] their
+    columns (`candidate_ids` int32 [U]; None: the vocabulary's ids and kernel); a row's
+    logits outside its own candidates (cache[SHORTLIST_KEY] float32 [n, U], returned
+    unchanged, added) are about NEG_INF."""
     if candidate_ids is not None:
         last_ids = tf.gather(candidate_ids, last_ids)  # [n]: vocabulary ids
-    logits, new_cache = model.decode_step(last_ids, step, cache, output_kernel, fixed=fixed)
+    logits, new_cache = model.decode_step(last_ids, step, cache, output_kernel, fixed=fixed,
+                                          rows_per_sentence=beam_size)
     if SHORTLIST_KEY not in cache:
         return logits, new_cache
     bias = cache[SHORTLIST_KEY]  # [n, U]: 0 or NEG_INF
@@ -231,9 +234,10 @@ def search_kernel(model: Transformer | Ensemble, candidate_ids: tf.Tensor | None
         lambda kernel: tf.gather(kernel, candidate_ids, axis=1, name=KERNEL_OP), output_kernel)
 
 
-def _scoring(model: Transformer, candidate_ids: tf.Tensor | None = None):
-    """The model's next-token logits for beam search (`candidate_step`: over the shortlist's
-    candidates when `candidate_ids` int32 [U] are given). With PREFIX_KEY [n, prefix + 1] in
+def _scoring(model: Transformer, candidate_ids: tf.Tensor | None = None, beam_size: int = 1):
+    """The model's next-token logits for a search of `beam_size` rows a sentence
+    (`candidate_step`: over the shortlist's candidates when `candidate_ids` int32 [U] are
+    given). With PREFIX_KEY [n, prefix + 1] in
     the cache, a row whose prefix has a piece at output position `step` gets every other
     token's logit lowered by 1e9; the prefix tensor is returned unchanged, so beam search
     tiles it and never reorders it (every beam of a sentence has the same prefix). The
@@ -242,7 +246,7 @@ def _scoring(model: Transformer, candidate_ids: tf.Tensor | None = None):
 
     def scoring(ids: tf.Tensor, step: tf.Tensor, cache: dict) -> tuple[tf.Tensor, dict]:
         logits, new_cache = candidate_step(model, ids[:, -1], step, cache, output_kernel,
-                                           candidate_ids)
+                                           candidate_ids, beam_size=beam_size)
         if PREFIX_KEY not in cache:
             return logits, new_cache
         prefix = cache[PREFIX_KEY]  # [n, prefix + 1]

@@ -8,7 +8,7 @@ import tensorflow as tf
 from keras_transformer.decoding_settings import DecodingSettingsError
 from keras_transformer.decoding import beam_search
 from keras_transformer.greedy import greedy_search
-from keras_transformer.search_primitives import NEG_INF, length_penalty
+from keras_transformer.search_primitives import NEG_INF, SENTENCE_KEY, length_penalty
 
 BOS, EOS = 0, 1
 ROWS = 4099  # hash buckets of a prefix (a prime)
@@ -161,6 +161,32 @@ def test_each_sentence_keeps_its_own_max_length():
                                               beam_size=3, bos_id=BOS, eos_id=EOS, pad_id=-1)
         assert hypotheses(ids_alone.numpy()[0]) == hypotheses(ids.numpy()[b])
         np.testing.assert_allclose(scores_alone.numpy()[0], scores.numpy()[b], rtol=1e-6)
+
+
+def test_per_sentence_tensors_stay_one_row_a_sentence_as_sentences_leave():
+    """The memory under SENTENCE_KEY (one row per sentence, read by its beams together, as the
+    model's encoder-decoder keys and values) searches as the same memory tiled to every row,
+    while sentences of three lengths leave the search one after another."""
+    table, beam = PrefixTable(9, vocab=6, eos_boost=-3.0), 3
+    cache = make_cache(6, batch=3, src_len=4)
+    max_lens = tf.constant([2, 7, 4])
+
+    def from_sentence_memory(ids: tf.Tensor, step: tf.Tensor, cache: dict) -> tuple:
+        memory = cache[SENTENCE_KEY]["memory"]  # [active, src_len]
+        assert memory.shape[0] * beam == ids.shape[0]
+        logits, new = table.from_cache(ids, step, {**cache,
+                                                   "memory": tf.repeat(memory, beam, axis=0)})
+        return logits, {**cache, "layer_0": new["layer_0"]}
+
+    per_sentence = {key: value for key, value in cache.items() if key != "memory"}
+    per_sentence[SENTENCE_KEY] = {"memory": cache["memory"]}
+    ids, scores = beam_search(from_sentence_memory, per_sentence, max_lens, beam_size=beam,
+                              bos_id=BOS, eos_id=EOS, pad_id=-1)
+    tiled_ids, tiled_scores = beam_search(table.from_cache, cache, max_lens, beam_size=beam,
+                                          bos_id=BOS, eos_id=EOS, pad_id=-1)
+    assert sorted(len(hyp) for hyp in hypotheses(ids.numpy()[:, 0])) == [2, 4, 7]
+    np.testing.assert_array_equal(ids.numpy(), tiled_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), tiled_scores.numpy(), rtol=1e-6)
 
 
 def test_stops_early_once_finished_hypotheses_cannot_be_beaten():

@@ -4,8 +4,10 @@ so that a decoder can cache them.
 `MultiHeadAttention` attends from a query [batch, q_time, d_model] over a key_value sequence
 (itself by default) or over keys and values already projected by `project_key_value`
 ([batch, heads, k_time, d_k|d_v]); a decoding step's query is [batch, d_model] (one position,
-its output too: every product a plain matrix product, every reshape of a static shape); a
-mask is boolean, broadcastable to [batch, heads, q_time, k_time], True keeping a position;
+its output too: every product a plain matrix product, every reshape of a static shape), or,
+with `queries_per_key` g, [n, d_model] over keys and values of one row per g consecutive
+query rows ([n / g, heads, k_time, d]: a sentence's memory read by its g beams); a mask is
+boolean, broadcastable to [batch, heads, q_time, k_time], True keeping a position;
 the scores and softmax are float32 whatever the layer's dtype. `record_attention` wraps a
 call as a sub-layer function that keeps its weights.
 
@@ -15,6 +17,7 @@ Example:
     key, value = attention.project_key_value(memory)  # [batch, 8, source_time, 64] each
     y, weights = attention(x, key=key, value=value, return_attention_scores=True)
     # weights float32 [batch, 8, time, source_time]
+    y_t = attention(x_t, key=key, value=value, queries_per_key=4)  # x_t [batch * 4, d_model]
 """
 from __future__ import annotations
 
@@ -77,18 +80,23 @@ class MultiHeadAttention(keras.layers.Layer):
     def call(self, query: tf.Tensor, key_value: tf.Tensor | None = None,
              key: tf.Tensor | None = None, value: tf.Tensor | None = None,
              attention_mask: tf.Tensor | None = None, training: bool | None = None,
-             return_attention_scores: bool = False) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
+             return_attention_scores: bool = False,
+             queries_per_key: int = 1) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
         """Attends from `query` [batch, q_time, d_model] over `key_value` [batch, k_time, d_model],
         or over already projected `key`/`value` [batch, heads, k_time, d_k|d_v]. Returns
         [batch, q_time, d_model], and the float32 attention weights [batch, heads, q_time,
         k_time] too with `return_attention_scores`. A step's `query` [batch, d_model] (q_time
-        1) returns [batch, d_model]."""
+        1) returns [batch, d_model]; with `queries_per_key` g, its rows in groups of g over
+        `key`/`value` [batch / g, heads, k_time, d] (weights [batch / g, heads, g, k_time])."""
         if key is None or value is None:
             key, value = self.project_key_value(query if key_value is None else key_value)
-        weights = self._weights(query, key, attention_mask)  # [b, h, q, k]
+        weights = self._weights(query, key, attention_mask, queries_per_key)  # [b, h, q, k]
         dropped = self.weights_dropout(tf.cast(weights, self.compute_dtype), training=training)
         context = tf.matmul(dropped, value)  # [b, h, q, d_v]
-        if query.shape.rank == 2:  # a step's (q = 1): [b, h * d_v]
+        if query.shape.rank == 2 and queries_per_key > 1:  # [n / g, h, g, d_v] -> [n, h * d_v]
+            context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]),
+                                 [-1, self.num_heads * self.value_dim])
+        elif query.shape.rank == 2:  # a step's (q = 1): [b, h * d_v]
             context = tf.reshape(context, [-1, self.num_heads * self.value_dim])
         else:
             context = tf.transpose(context, [0, 2, 1, 3])  # [b, q, h, d_v]
@@ -104,21 +112,27 @@ class MultiHeadAttention(keras.layers.Layer):
         key = self._split_heads(self.key_dense(key_value), self.key_dim)  # [b, h, k, d_k]
         return self._weights(query, key, attention_mask)
 
-    def _weights(self, query: tf.Tensor, key: tf.Tensor,
-                 attention_mask: tf.Tensor | None) -> tf.Tensor:
+    def _weights(self, query: tf.Tensor, key: tf.Tensor, attention_mask: tf.Tensor | None,
+                 queries_per_key: int = 1) -> tf.Tensor:
         """float32 [batch, heads, q_time, k_time]: softmax(Q K^T / sqrt(d_k)) of `query`
-        [batch, q_time, d_model] (a step's [batch, d_model]) over projected keys [batch,
-        heads, k_time, d_k], masked (False: left out) by `attention_mask`."""
-        heads = self._split_heads(self.query_dense(query), self.key_dim)  # [b, h, q, d_k]
+        [batch, q_time, d_model] (a step's [batch, d_model], in groups of `queries_per_key`:
+        `call`) over projected keys [batch, heads, k_time, d_k], masked (False: left out) by
+        `attention_mask`."""
+        heads = self._split_heads(self.query_dense(query), self.key_dim,
+                                  queries_per_key)  # [b, h, q, d_k]
         scores = tf.matmul(heads, key, transpose_b=True)  # [b, h, q, k]
         scores = tf.cast(scores, tf.float32) * (self.key_dim ** -0.5)
         if attention_mask is not None:
             scores = tf.where(attention_mask, scores, tf.float32.min)
         return tf.nn.softmax(scores, axis=-1)
 
-    def _split_heads(self, x: tf.Tensor, depth: int) -> tf.Tensor:
+    def _split_heads(self, x: tf.Tensor, depth: int, queries_per_key: int = 1) -> tf.Tensor:
         """[batch, time, heads * depth] -> [batch, heads, time, depth]; a step's [batch,
-        heads * depth] -> [batch, heads, 1, depth]."""
+        heads * depth] -> [batch, heads, 1, depth], or in groups of g = `queries_per_key`
+        consecutive rows [batch / g, heads, g, depth]."""
+        if x.shape.rank == 2 and queries_per_key > 1:
+            grouped = tf.reshape(x, [-1, queries_per_key, self.num_heads, depth])
+            return tf.transpose(grouped, [0, 2, 1, 3])
         if x.shape.rank == 2:
             return tf.reshape(x, [-1, self.num_heads, 1, depth])
         batch, time = tf.shape(x)[0], tf.shape(x)[1]

@@ -4,13 +4,16 @@ feed-forward network, with a key/value cache for incremental decoding.
 `DecoderLayer` takes `EncoderLayer`'s arguments. Teacher forcing decodes a whole target at
 once under a causal mask; incremental decoding keeps, per layer, the self-attention keys/values
 of the earlier positions (growing, or of a fixed `length` for XLA) and the encoder-decoder
-keys/values, projected once from the memory (`LayerCache`).
+keys/values, projected once from the memory, one row per sentence under the search's
+SENTENCE_KEY (`LayerCache`), which a step's rows read in groups of `queries_per_key` (a
+sentence's beams).
 
 Example:
     layer = DecoderLayer(num_heads=8, key_dim=64, value_dim=64, d_ff=2048, dropout=0.1)
     y = layer(x, memory, causal_mask, memory_mask)  # [batch, target_time, d_model]
     cache = layer.init_cache(memory)  # memory [batch, source_time, d_model]
     y, cache = layer.step(x_t, cache, memory_mask)  # x_t [batch, d_model]: one position
+    y, cache = layer.step(x_t, cache, memory_mask, queries_per_key=4)  # x_t [batch * 4, ...]
 """
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ import tensorflow as tf
 from keras_transformer.layers.attention import MultiHeadAttention, record_attention
 from keras_transformer.layers.encoder import EncoderLayer
 from keras_transformer.layers.sublayer import ResidualSublayer
+from keras_transformer.search_primitives import SENTENCE_KEY
 
-LayerCache = dict[str, tf.Tensor]
+LayerCache = dict[str, tf.Tensor | dict[str, tf.Tensor]]
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -90,23 +94,25 @@ class DecoderLayer(EncoderLayer):
 
     def init_cache(self, memory: tf.Tensor, length: tf.Tensor | int = 0) -> LayerCache:
         """The cache before the first step: self-attention keys/values of `length` positions
-        (0: empty, grown by each step; else fixed, zeros) and the encoder-decoder
-        keys/values of `memory` [batch, source_time, d_model]."""
+        (0: empty, grown by each step; else fixed, zeros) and, under SENTENCE_KEY, the
+        encoder-decoder keys/values of `memory` [batch, source_time, d_model]."""
         cross_key, cross_value = self.cross_attention.project_key_value(memory)
         batch = tf.shape(memory)[0]
         return {
             "self_key": tf.zeros([batch, self.num_heads, length, self.key_dim], cross_key.dtype),
             "self_value": tf.zeros([batch, self.num_heads, length, self.value_dim],
                                    cross_key.dtype),
-            "cross_key": cross_key,
-            "cross_value": cross_value,
+            SENTENCE_KEY: {"cross_key": cross_key,  # [batch, heads, source_time, d_k]
+                           "cross_value": cross_value},  # [batch, heads, source_time, d_v]
         }
 
     def step(self, x: tf.Tensor, cache: LayerCache, memory_mask: tf.Tensor | None = None,
-             position: tf.Tensor | None = None) -> tuple[tf.Tensor, LayerCache]:
-        """Decodes one position: x [batch, d_model] -> ([batch, d_model], new cache), every
-        product a plain matrix product; `position` int32 []: the position to write in a
-        fixed-size cache (None: grow it)."""
+             position: tf.Tensor | None = None, queries_per_key: int = 1
+             ) -> tuple[tf.Tensor, LayerCache]:
+        """Decodes one position: x [n, d_model] -> ([n, d_model], new cache), every product a
+        plain matrix product; `position` int32 []: the position to write in a fixed-size
+        cache (None: grow it). The encoder-decoder keys/values and `memory_mask` [n / g, 1,
+        1, source_time] hold a row per g = `queries_per_key` consecutive rows of x."""
         new_cache = dict(cache)
 
         def attend_to_prefix(h: tf.Tensor) -> tf.Tensor:
@@ -126,9 +132,11 @@ class DecoderLayer(EncoderLayer):
                                        value=new_cache["self_value"], attention_mask=mask)
 
         x = self.self_attention_block(x, sublayer=attend_to_prefix)
+        memory = cache[SENTENCE_KEY]
         x = self.cross_attention_block(
             x, sublayer=lambda h: self.cross_attention(
-                h, key=cache["cross_key"], value=cache["cross_value"], attention_mask=memory_mask))
+                h, key=memory["cross_key"], value=memory["cross_value"],
+                attention_mask=memory_mask, queries_per_key=queries_per_key))
         x = self.feed_forward_block(x, sublayer=self.feed_forward)
         return x, new_cache
 

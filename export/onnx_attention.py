@@ -152,8 +152,7 @@ class _AttentionMatch(GraphMatch):
                 weighted.input[0] != softmax.output[0] or _perm(transpose) != [0, 1, 3, 2]:
             return None
         query_nodes, query_rows, heads, depth, queries = query
-        ungrouped = weighted and queries > 1 and self.only_reader(weighted.output[0],
-                                                                   "Transpose")
+        ungrouped = queries > 1 and self.only_reader(weighted.output[0], "Transpose")
         if queries > 1 and (not ungrouped or _perm(ungrouped) != [0, 2, 1, 3]):
             return None
         merged = self.only_reader((ungrouped or weighted).output[0], "Reshape")

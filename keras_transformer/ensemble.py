@@ -13,8 +13,9 @@ its members' log-softmax (log-linear averaging, as Marian and OpenNMT-py ensembl
 reader takes their log-softmax, which renormalizes that mean, so that beam search, sampling,
 forced prefixes, terms and `keras_transformer.scoring` all read one distribution, and `score`
 gives a searched translation back its search score. Each member's decoding cache sits under
-its own key (`member_I`), so beam search tiles and reorders their per-row tensors alike. Limits are the
-strictest member's: `model_config` is the first member's with the smallest `max_length`.
+its own key (`member_I`), so beam search tiles and reorders their per-row tensors alike.
+Limits are the strictest member's: `model_config` is the first member's with the smallest
+`max_length`.
 Alignments (`keras_transformer.alignment`) read the first member's attention, as Marian reads
 one model's (its alignment model's); an ensemble has no attention of its own to average.
 

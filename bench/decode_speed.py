@@ -7,6 +7,7 @@ decode time against output length (batch 1: the cache makes it linear).
 
     .venv/bin/python bench/decode_speed.py [CONFIG] [--sentences N] [--threads N]
                                            [--batch-sizes 1,32] [--runtimes tf,tf:full,...]
+                                           [--runtimes onnx-int8@1,ct2-float32,...]
                                            [--xla-max-batch 8] [--parallel-searches N]
                                            [--synthetic-vocab 32000 [--preset base]]
 
@@ -25,7 +26,9 @@ sentences). A run without a shortlist table has the `:full` rows alone, and the 
 `--synthetic-vocab PIECES` times a random model of PIECES pieces instead (the run's spm.model
 with unused pieces added, the config's model section or --preset, a synthetic shortlist table
 of Zipf draws: `decode_models.synthetic_run`), the shortlist's cost at a vocabulary no trained
-run has; its BLEU is a random model's.
+run has; its BLEU is a random model's. `NAME@T` runs a runtime with T threads instead of
+`--threads` (`onnx-int8@1,onnx-int8,ct2-float32`: ONNX Runtime with one intra-op thread and with
+all, CTranslate2 with all, taking turns in one run).
 
 Each runtime runs in a process of its own (its own thread pools; ONNX Runtime never beside
 TensorFlow); a SavedModel runs as TF Serving runs it, in a TF1 session (`--threads` inter-op
@@ -71,6 +74,22 @@ NAMES = [name + suffix for name in RUNTIMES for suffix in ("", FULL)]  # each in
 LENGTH_BUCKET = 10  # output tokens per row of the length table
 REPEATS = 2  # batch-1 runs per sentence: the length table takes the fastest (a busy machine)
 TURN_SENTENCES = 32  # sentences a runtime decodes before the next one's turn
+THREADS_MARK = "@"  # NAME@T: the runtime NAME with T threads
+
+
+def runtime_threads(runtime: str, threads: int) -> tuple[str, int]:
+    """(the runtime's name without THREADS_MARK, its threads: T of NAME@T, else `threads`).
+
+    Raises:
+        ValueError: T is not a positive integer.
+    """
+    name, mark, count = runtime.partition(THREADS_MARK)
+    if not mark:
+        return name, threads
+    if not count.isdigit() or int(count) < 1:
+        raise ValueError(f"{runtime}: the threads after {THREADS_MARK} must be a positive "
+                         f"integer")
+    return name, int(count)
 
 
 def worker(runtime: str, model_dir: Path, sources: list[list[int]], batch_size: int,
@@ -113,10 +132,11 @@ def taking_turns(runtimes: list[str], directories: dict[str, Path], sources: lis
     repeats = REPEATS if batch_size == 1 else 1
     workers = {}
     for runtime in runtimes:  # started one by one: loading and warm-up are not timed
+        name, count = runtime_threads(runtime, threads)
         workers[runtime] = subprocess.Popen(
-            [sys.executable, __file__, "--worker", runtime, "--model-dir",
-             str(directories[runtime]), "--batch-size", str(batch_size), "--threads",
-             str(threads), "--repeats", str(repeats)],
+            [sys.executable, __file__, "--worker", name, "--model-dir",
+             str(directories[name]), "--batch-size", str(batch_size), "--threads",
+             str(count), "--repeats", str(repeats)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         workers[runtime].stdin.write(json.dumps(sources) + "\n")
         workers[runtime].stdin.flush()
@@ -261,7 +281,8 @@ def report(results: dict[str, dict[int, list[dict]]], found: FoundModels, about:
             seconds = _seconds(batches)
             sentences = sum(b["sentences"] for b in batches)
             tokens = sum(b["tokens"] for b in batches)
-            full = results.get(runtime + FULL, {}).get(batch_size)
+            name, mark, count = runtime.partition(THREADS_MARK)
+            full = results.get(name + FULL + mark + count, {}).get(batch_size)
             ratio = f"{_seconds(full) / seconds:>9.2f}" if full else f"{'-':>9}"
             lines.append(f"{_label(runtime):<34}{batch_size:>6}{sentences:>11}"
                          f"{sentences / seconds:>9.2f}{tokens / seconds:>10.1f}{ratio}"
@@ -295,8 +316,9 @@ def _seconds(batches: list[dict]) -> float:
 
 
 def _label(runtime: str) -> str:
-    """The report's name of a runtime: what it runs, then its name (`SavedModel (tf:full)`)."""
-    return f"{RUNTIMES[variant(runtime)[0]]} ({runtime})"
+    """The report's name of a runtime: what it runs, then its name (`SavedModel (tf:full)`,
+    `model_int8.onnx (onnx-int8@1)`)."""
+    return f"{RUNTIMES[variant(runtime_threads(runtime, 1)[0])[0]]} ({runtime})"
 
 
 def main() -> int:
@@ -333,8 +355,12 @@ def main() -> int:
                args.batch_size, args.threads, args.repeats)
         return 0
     runtimes = args.runtimes.split(",") if args.runtimes else default_runtimes()
-    if set(runtimes) - set(NAMES):
-        parser.error(f"unknown runtimes {', '.join(sorted(set(runtimes) - set(NAMES)))}; "
+    try:
+        names = [runtime_threads(runtime, args.threads)[0] for runtime in runtimes]
+    except ValueError as error:
+        parser.error(str(error))
+    if set(names) - set(NAMES):
+        parser.error(f"unknown runtimes {', '.join(sorted(set(names) - set(NAMES)))}; "
                      f"choose from {', '.join(NAMES)}")
     if args.preset and not args.synthetic_vocab:
         parser.error("--preset is the random model's of --synthetic-vocab")
@@ -350,13 +376,16 @@ def main() -> int:
                                               args.synthetic_vocab, args.preset)
             except ValueError as error:
                 parser.error(str(error))
-        found = find_model(config, Path(scratch), runtimes, args.xla_max_batch,
-                           args.parallel_searches or args.threads)
+        found = find_model(config, Path(scratch), list(dict.fromkeys(names)),
+                           args.xla_max_batch, args.parallel_searches or args.threads)
         sources, references, spm_model = test_split(config, args.sentences)
-        results: dict[str, dict[int, list[dict]]] = {name: {} for name in found.directories}
+        timed_runtimes = list(dict.fromkeys(  # without a shortlist: the FULL variants
+            (name if name in found.directories else variant(name)[0] + FULL) + mark + count
+            for name, mark, count in (runtime.partition(THREADS_MARK) for runtime in runtimes)))
+        results: dict[str, dict[int, list[dict]]] = {name: {} for name in timed_runtimes}
         for batch_size in batch_sizes:
-            timed = taking_turns(list(found.directories), found.directories, sources,
-                                 batch_size, args.threads)
+            timed = taking_turns(timed_runtimes, found.directories, sources, batch_size,
+                                 args.threads)
             for runtime, batches in timed.items():
                 results[runtime][batch_size] = batches
         bleus = {name: bleu(by_batch[max(batch_sizes)], references, spm_model)

@@ -24,8 +24,9 @@ search is exact when beam_size covers every extension at every step.
 
 Its graph converts to ONNX: no TensorArray (beams are gathered with tf.gather's batch
 dimension, GatherND in ONNX), and no cache tensor passes through a Reshape. A step computes no
-shape: what every step of a round reads (reshape targets, row offsets, maximum lengths, the
-logits' width under a shortlist) is built before the round's inner loop (the op inventory and
+shape and no length penalty: what every step of a round reads (int64 reshape targets, row
+offsets, maximum lengths, the logits' width under a shortlist, the penalty of each length) is
+built before the round's inner loop (the op inventory and
 the reasons: docs/decoding-speed.md, "Beam search in the graph: its ops and costs
 (`keras_transformer/decoding.py`)").
 
@@ -44,7 +45,7 @@ from keras_transformer.decoding_settings import check_stop_rule
 from keras_transformer.search_primitives import (DEFAULTS, NEG_INF, Cache, SymbolsToLogitsFn,
                                                  best_hypotheses, cache_invariants,
                                                  length_penalty, log_probs_step, map_cache,
-                                                 reorder_cache,
+                                                 penalty_table, reorder_cache,
                                                  sentences_done, start_beams)
 from keras_transformer.top_k import beam_top_k
 
@@ -118,15 +119,16 @@ def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
                              seqs_shape, beams_shape)
 
     def steps_until_one_is_done(state: SearchState) -> tuple[SearchState]:
-        def none_done(beams: BeamState) -> tf.Tensor:
-            return ~tf.reduce_any(sentences_done(beams, state.max_lengths, alpha, stop))
-
-        invariants = _RoundInvariants.of(state.max_lengths, beam_size,
+        invariants = _RoundInvariants.of(state.max_lengths, beam_size, alpha,
                                          vocab_size)  # outside the steps
+
+        def none_done(beams: BeamState) -> tf.Tensor:
+            return ~tf.reduce_any(sentences_done(beams, state.max_lengths, alpha, stop,
+                                                 invariants.penalties))
 
         def step(beams: BeamState) -> tuple[BeamState]:
             return (_beam_step(beams, symbols_to_logits_fn, invariants, beam_size=beam_size,
-                               eos_id=eos_id, alpha=alpha, pad_id=pad_id),)
+                               eos_id=eos_id, pad_id=pad_id),)
 
         (beams,) = tf.while_loop(none_done, step, (state.beams,),
                                  shape_invariants=(beam_invariants,))
@@ -184,28 +186,30 @@ def _output_lengths(ids: tf.Tensor, max_lengths: tf.Tensor, eos_id: int) -> tf.T
 
 class _RoundInvariants(NamedTuple):
     """What every step of a round reads and none changes (the active sentences' maximum
-    lengths, reshape targets, row offsets), built before the round's inner loop, which
-    captures them: no step computes a shape (in ONNX they are read from outside its body)."""
+    lengths, reshape targets, row offsets, the length penalties), built before the round's
+    inner loop, which captures them: no step computes a shape or a penalty (in ONNX they are
+    read from outside its body)."""
     max_lengths: tf.Tensor  # int32 [batch, 1]
-    rows: tf.Tensor         # int32 [2]: (batch * beam, -1)
-    beams: tf.Tensor        # int32 [3]: (batch, beam, -1)
-    extensions: tf.Tensor   # int32 [2]: (batch, -1)
+    rows: tf.Tensor         # int64 [2]: (batch * beam, -1), int64 as ONNX's Reshape takes it
+    beams: tf.Tensor        # int64 [3]: (batch, beam, -1)
+    extensions: tf.Tensor   # int64 [2]: (batch, -1)
     first_rows: tf.Tensor   # int32 [batch, 1]: each sentence's first row, b * beam
+    penalties: tf.Tensor    # float32 [longest + 2]: the length penalty by length
     vocab_size: tf.Tensor | None  # int32 []: the logits' width, if the step's shape lacks it
 
     @classmethod
-    def of(cls, max_lengths: tf.Tensor, beam_size: int,
+    def of(cls, max_lengths: tf.Tensor, beam_size: int, alpha: float,
            vocab_size: tf.Tensor | None = None) -> _RoundInvariants:
-        batch = tf.size(max_lengths)
+        batch = tf.size(max_lengths, out_type=tf.int64)
         return cls(max_lengths=tf.expand_dims(max_lengths, 1),
                    rows=tf.stack([batch * beam_size, -1]), beams=tf.stack([batch, beam_size, -1]),
                    extensions=tf.stack([batch, -1]),
-                   first_rows=tf.expand_dims(tf.range(batch), 1) * beam_size,
-                   vocab_size=vocab_size)
+                   first_rows=tf.expand_dims(tf.range(tf.size(max_lengths)), 1) * beam_size,
+                   penalties=penalty_table(max_lengths, alpha), vocab_size=vocab_size)
 
 
 def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
-               invariants: _RoundInvariants, *, beam_size: int, eos_id: int, alpha: float,
+               invariants: _RoundInvariants, *, beam_size: int, eos_id: int,
                pad_id: int) -> BeamState:
     """Extends the alive set by one token and updates both sets and the cache."""
     flat_seq = tf.reshape(state.alive_seq, invariants.rows)  # [batch * beam, step + 1]
@@ -231,7 +235,8 @@ def _beam_step(state: BeamState, symbols_to_logits_fn: SymbolsToLogitsFn,
     ends = (tokens == eos_id) | (length >= max_lengths)  # [batch, 2 * beam]
     finishes = (ends & (tf.range(2 * beam_size) < beam_size)  # among the beam best
                 & (candidate_log_probs > NEG_INF / 2) & (length <= max_lengths))
-    candidate_scores = tf.where(finishes, candidate_log_probs / length_penalty(length, alpha),
+    candidate_scores = tf.where(finishes,
+                                candidate_log_probs / tf.gather(invariants.penalties, length),
                                 NEG_INF)  # [batch, 2 * beam]
     padded_finished_seq = tf.pad(state.finished_seq, [[0, 0], [0, 0], [0, 1]],
                                  constant_values=pad_id)  # [batch, beam, step + 2]

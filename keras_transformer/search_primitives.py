@@ -57,6 +57,13 @@ def length_penalty(length: tf.Tensor | int, alpha: float) -> tf.Tensor:
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
+def penalty_table(max_lengths: tf.Tensor, alpha: float) -> tf.Tensor:
+    """float32 [longest + 2]: `length_penalty` of every length from 0 to one past the longest
+    of `max_lengths` (int32 [batch], not empty), built once before a search's loop so that a
+    step reads its penalty (one gather) instead of computing it."""
+    return length_penalty(tf.range(tf.reduce_max(max_lengths) + 2), alpha)
+
+
 def log_probs_step(symbols_to_logits_fn: SymbolsToLogitsFn, ids: tf.Tensor, step: tf.Tensor,
                    cache: Cache) -> tuple[tf.Tensor, Cache]:
     """float32 log-softmax [n, vocab] of the next token, and the new cache."""
@@ -110,24 +117,30 @@ def map_cache(cache: Cache, per_row: Callable[[tf.Tensor], tf.Tensor],
             else tf.nest.map_structure(per_row, value) for key, value in cache.items()}
 
 
-def sentences_done(state: Any, max_lengths: tf.Tensor, alpha: float, stop: str) -> tf.Tensor:
+def sentences_done(state: Any, max_lengths: tf.Tensor, alpha: float, stop: str,
+                   penalties: tf.Tensor | None = None) -> tf.Tensor:
     """bool [batch]: the sentence reached its maximum length (int32 [batch]), or its finished
     set is full and, with stop "bound", no alive hypothesis can still beat the worst finished
     one; with stop "best", its best finished hypothesis is at least its best alive one at the
     current length (module docstring). `state`: any search state with its step int32 [] (the
     alive hypotheses' length), alive_log_probs float32 [batch, beam] and finished_scores
-    float32 [batch, beam]."""
+    float32 [batch, beam]; `penalties`: `penalty_table(max_lengths, alpha)`, read instead of
+    computing the penalties."""
+    def penalty(length: tf.Tensor) -> tf.Tensor:
+        return (length_penalty(length, alpha) if penalties is None
+                else tf.gather(penalties, length))
+
     at_limit = state.step >= max_lengths  # [batch]
     if stop == "best":
         best_alive = tf.reduce_max(state.alive_log_probs, axis=1)  # [batch]
         best_finished = tf.reduce_max(state.finished_scores, axis=1)  # [batch], NEG_INF: none
         return at_limit | ((best_finished > NEG_INF / 2) & (
-            best_finished >= best_alive / length_penalty(state.step, alpha)))
+            best_finished >= best_alive / penalty(state.step)))
     worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [batch], NEG_INF if any empty
     if stop == "full":
         return at_limit | (worst_finished > NEG_INF / 2)
     best_alive = tf.reduce_max(state.alive_log_probs, axis=1)  # [batch]
-    return at_limit | (worst_finished > best_alive / length_penalty(max_lengths, alpha))
+    return at_limit | (worst_finished > best_alive / penalty(max_lengths))
 
 
 def best_hypotheses(alive_seq: tf.Tensor, alive_log_probs: tf.Tensor, finished_seq: tf.Tensor,

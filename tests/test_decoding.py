@@ -274,9 +274,10 @@ def test_stop_full_ends_a_sentence_once_its_beam_has_finished():
 
 @pytest.mark.parametrize("width", ["static", "given"])
 def test_a_step_of_unknown_batch_computes_no_shape(width):
-    """The step's reshape targets and row offsets come from outside the inner loop, so its
-    body holds no Shape op of its own (each is an op a step would run); logits of a width the
-    graph does not know (a shortlist's union) with their width given (`vocab_size`) too."""
+    """The step's reshape targets, row offsets and length penalties come from outside the inner
+    loop, so its body and its condition hold no Shape or Pow op of their own (each is an op a
+    step would run), nor a Cast of a reshape target; logits of a width the graph does not know
+    (a shortlist's union) with their width given (`vocab_size`) too."""
     vocab = 6
     spec = {"bias": tf.TensorSpec([None, vocab if width == "static" else None], tf.float32)}
 
@@ -289,11 +290,12 @@ def test_a_step_of_unknown_batch_computes_no_shape(width):
                            vocab_size=None if width == "static" else tf.shape(cache["bias"])[1])
 
     library = beam.get_concrete_function().graph.as_graph_def().library
-    bodies = {f.signature.name: {node.op for node in f.node_def} for f in library.function
-              if "while_body" in f.signature.name}
-    steps = [ops for name, ops in bodies.items() if name.startswith("while_while_body")]
-    assert len(steps) == 1 and "TopKV2" in steps[0]  # the inner loop: the step
-    assert not steps[0] & {"Shape", "Size"}
+    loops = {f.signature.name: {node.op for node in f.node_def} for f in library.function
+             if "while_body" in f.signature.name or "while_cond" in f.signature.name}
+    steps = [ops for name, ops in loops.items() if name.startswith("while_while_body")]
+    conditions = [ops for name, ops in loops.items() if name.startswith("while_while_cond")]
+    assert len(steps) == len(conditions) == 1 and "TopKV2" in steps[0]  # the inner loop
+    assert not (steps[0] | conditions[0]) & {"Shape", "Size", "Pow", "Cast"}
 
 
 def test_stop_best_ends_a_sentence_at_the_step_its_best_extension_ends():

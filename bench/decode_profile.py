@@ -94,11 +94,7 @@ def main() -> int:
                         "ONNX export instead of the SavedModel")
     parser.add_argument("--threads", type=int, help="ONNX Runtime's intra-op threads")
     args = parser.parse_args()
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
     from export.loading import resolve_export
-    from export.saved_model import SavedModelTranslator
     from pipelines.config import load_config
     from pipelines.paths import RunPaths
 
@@ -121,6 +117,14 @@ def main() -> int:
         print_table(node_micros, node_calls, tokens, "node", "us/token", "calls/token",
                     args.top)
         return 0
+    from pipelines.startup import default_log_level, import_tensorflow_quietly
+
+    default_log_level("translate")  # TensorFlow from here only, as the CLI starts it
+    import_tensorflow_quietly()
+    import tensorflow as tf
+
+    from export.saved_model import SavedModelTranslator
+
     version = resolve_export(RunPaths(config.run_path).export, "tf")[1]
     signature = SavedModelTranslator(version).loaded.signatures["translate_ids"]
     batches = [tf.constant(ids) for ids in batches]

@@ -14,7 +14,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from export.onnx_graph import CONTRIB_DOMAIN, GraphMatch, all_graphs, subgraph_reads
+from export.onnx_graph import (CONTRIB_DOMAIN, GraphMatch, all_graphs, subgraph_reads,
+                               use_contrib_domain)
 
 
 def fuse_step_attention(model: onnx.ModelProto) -> int:
@@ -42,8 +43,8 @@ def fuse_step_attention(model: onnx.ModelProto) -> int:
         for tensor in [tensor for tensor in graph.initializer
                        if tensor.name in unread - read]:
             graph.initializer.remove(tensor)
-    if fused and not any(opset.domain == CONTRIB_DOMAIN for opset in model.opset_import):
-        model.opset_import.append(onnx.helper.make_opsetid(CONTRIB_DOMAIN, 1))
+    if fused:
+        use_contrib_domain(model)
     return fused
 
 
@@ -237,8 +238,8 @@ def _attention_bias(mask: str, scopes: list[onnx.GraphProto], queries: int = 1) 
                 return None
             position = 0
         bias = f"{mask}/attention_bias"
+        constants = {tensor.name: tensor for tensor in graph.initializer}
         if not any(bias in node.output for node in graph.node):
-            constants = {tensor.name: tensor for tensor in graph.initializer}
             zero = _constant(graph, constants, "fuse_step_attention/zero",
                              np.array(0.0, np.float32))
             lowest = _constant(graph, constants, "fuse_step_attention/lowest",
@@ -249,7 +250,6 @@ def _attention_bias(mask: str, scopes: list[onnx.GraphProto], queries: int = 1) 
             return bias
         expanded = f"{bias}_{queries}"
         if not any(expanded in node.output for node in graph.node):
-            constants = {tensor.name: tensor for tensor in graph.initializer}
             shape = _constant(graph, constants, f"fuse_step_attention/queries_{queries}",
                               np.array([1, 1, queries, 1], np.int64))
             made_at = next(index for index, node in enumerate(graph.node) if bias in node.output)

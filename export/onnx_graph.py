@@ -2,9 +2,11 @@
 invariants out of the beam-search Loops (the outer one that retires finished sentences and the
 inner one that steps the rest), weights into the Loop body that reads them, fused layer norms,
 selects as Where and log-softmaxes that never compute a subnormal; and what a rewrite needs to
-match a pattern (`GraphMatch`, `made_by`, `other_input`, `subgraph_reads`; the step's fused
-attention, `export.onnx_attention`, uses them too). `export.onnx.convert` runs the five and
-the attention's, in the order of the example, on every model it converts.
+match a pattern (`GraphMatch`, `made_by`, `other_input`, `subgraph_reads`) or to use ONNX
+Runtime's own operators (`use_contrib_domain`); the step's fused attention,
+`export.onnx_attention`, and the int8 shortlist, `export.onnx_quantize`, use them too.
+`export.onnx.convert` runs the five and the attention's, in the order of the example, on every
+model it converts.
 
 tf2onnx turns every tensor that the TF while loop captures (the weights, the encoder memory's
 projections) into a loop-carried value that the body passes through unchanged; ONNX Runtime
@@ -42,6 +44,13 @@ from onnx import numpy_helper
 # change a float32 sum that holds e^0 (the maximum's), even over a million entries.
 UNDERFLOW_FLOOR = -80.0
 CONTRIB_DOMAIN = "com.microsoft"  # ONNX Runtime's own operators
+
+
+def use_contrib_domain(model: onnx.ModelProto) -> None:
+    """Declares CONTRIB_DOMAIN (version 1) among `model`'s opsets, once, for the ONNX Runtime
+    operators a rewrite put in it."""
+    if not any(opset.domain == CONTRIB_DOMAIN for opset in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(CONTRIB_DOMAIN, 1))
 
 
 def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

@@ -23,7 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from export.onnx_graph import CONTRIB_DOMAIN, all_graphs
+from export.onnx_graph import CONTRIB_DOMAIN, all_graphs, use_contrib_domain
 from keras_transformer.layers.positional_encoding import POSITIONS_OP
 from keras_transformer.shortlist import KERNEL_OP
 
@@ -82,8 +82,8 @@ def quantize_shortlist_kernel(model: onnx.ModelProto) -> int:
         if not any(name in node.input for graph in all_graphs(model.graph)
                    for node in graph.node):
             model.graph.initializer.remove(initializers[name])  # the float32 kernel
-    if gathers and not any(op.domain == CONTRIB_DOMAIN for op in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
+    if gathers:
+        use_contrib_domain(model)
     return len(gathers)
 
 

@@ -237,11 +237,11 @@ def search_kernel(model: Transformer | Ensemble, candidate_ids: tf.Tensor | None
 def _scoring(model: Transformer, candidate_ids: tf.Tensor | None = None, beam_size: int = 1):
     """The model's next-token logits for a search of `beam_size` rows a sentence
     (`candidate_step`: over the shortlist's candidates when `candidate_ids` int32 [U] are
-    given). With PREFIX_KEY [n, prefix + 1] in
-    the cache, a row whose prefix has a piece at output position `step` gets every other
-    token's logit lowered by 1e9; the prefix tensor is returned unchanged, so beam search
-    tiles it and never reorders it (every beam of a sentence has the same prefix). The
-    output projection is transposed here, once, not at every step."""
+    given). With PREFIX_KEY [n, prefix + 1] in the cache, a row whose prefix has a piece at
+    output position `step` gets every other token's logit lowered by 1e9; the prefix tensor
+    is returned unchanged, so beam search tiles it and never reorders it (every beam of a
+    sentence has the same prefix). The output projection is transposed here, once, not at
+    every step."""
     output_kernel = search_kernel(model, candidate_ids)  # [d_model, vocab or U]
 
     def scoring(ids: tf.Tensor, step: tf.Tensor, cache: dict) -> tuple[tf.Tensor, dict]:

@@ -113,18 +113,18 @@ def eflomal_links(run_dir: Path, gold: list[GoldPair]) -> list[Links]:
     (words: SentencePiece's, checked to be the gold's whitespace words)."""
     import sentencepiece as spm
 
-    from pipelines.corpus.alignments import eflomal_alignments, piece_words, read_split_lines
+    from pipelines.corpus.alignments import eflomal_alignments, line_words, read_split_lines
     from pipelines.paths import RunPaths
 
     paths = RunPaths(run_dir)
     processor = spm.SentencePieceProcessor(model_file=str(paths.spm_model))
     sources, targets = [], []
     for source_file, target_file in paths.train_shards():
-        sources += piece_words(processor, read_split_lines(source_file))
-        targets += piece_words(processor, read_split_lines(target_file))
+        sources += line_words(processor, read_split_lines(source_file))
+        targets += line_words(processor, read_split_lines(target_file))
     for side, words in ((0, sources), (1, targets)):
         texts = [(pair.source, pair.target)[side] for pair in gold]
-        for pair, text, split in zip(gold, texts, piece_words(processor, texts)):
+        for pair, text, split in zip(gold, texts, line_words(processor, texts)):
             if len(split) != len(text.split()):
                 raise SystemExit(f"gold line {pair.line}: SentencePiece's words differ from the "
                                  f"whitespace words of {text!r}")

@@ -4,7 +4,7 @@ found: pieces merged, a fixed decoder layer's cross-attention averaged over its 
 
 The SavedModel's `align` signature computes them in the graph; the CTranslate2 runtime from the
 attention `translate_batch(return_attention=True)` gives (`export.ct2_runtime`), with
-`piece_words` and `align_words` below, which follow the graph's rules.
+`align_words` below, which follows the graph's rules (words: `keras_transformer.words`).
 
 Example:
     format_alignment([(0, 0), (2, 1)])  # "0-0 2-1"
@@ -17,27 +17,14 @@ from typing import Sequence
 
 import numpy as np
 
-WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a piece that starts a word
-SPACE_BYTE_PIECES = ("<0x20>", "<0x0A>", "<0x0D>")  # decoded as a space (a line break: too)
+from keras_transformer.words import piece_words
+
 Alignment = list[tuple[int, int]]  # (source word, target word) pairs, by target word
 PAIR = re.compile(r"(\d+)-(\d+)")
 
 
 class AlignmentError(ValueError):
     """A text that is not `I-J I-J ...` pairs of word indices."""
-
-
-def starts_word(piece: str) -> bool:
-    """Whether a SentencePiece piece begins a word: it begins with the word-boundary mark or
-    is a byte that decodes as whitespace."""
-    return piece.startswith(WORD_BOUNDARY) or piece in SPACE_BYTE_PIECES
-
-
-def piece_words(pieces: Sequence[str]) -> list[int]:
-    """The word (from 0) of each piece (no BOS, EOS or PAD among them): the first piece starts
-    one whatever it is, as `keras_transformer.alignment.piece_words` counts in the graph."""
-    starts = [index == 0 or starts_word(piece) for index, piece in enumerate(pieces)]
-    return list(np.cumsum(starts, dtype=int) - 1)
 
 
 def align_words(attention: np.ndarray, source_pieces: Sequence[str],
@@ -47,13 +34,14 @@ def align_words(attention: np.ndarray, source_pieces: Sequence[str],
     the source's first `skip_source_words` words (a multilingual model's target-language
     token) are left out, the others counted from 0, as `keras_transformer.alignment` does."""
     source_words = np.asarray(piece_words(source_pieces), int) - skip_source_words
-    kept = source_words >= 0  # [source pieces]
-    if not kept.any() or not target_pieces:
+    target_words = np.asarray(piece_words(target_pieces), int)
+    kept, rows = source_words >= 0, target_words >= 0  # [source pieces], [target pieces]
+    if not kept.any() or not rows.any():
         return []
-    target_words = piece_words(target_pieces)
-    rows = np.asarray(attention, np.float64)[:len(target_pieces), :len(source_pieces)][:, kept]
-    summed = np.zeros([target_words[-1] + 1, source_words[-1] + 1])
-    np.add.at(summed, (np.asarray(target_words)[:, None], source_words[kept][None, :]), rows)
+    attention = np.asarray(attention, np.float64)[:len(target_pieces), :len(source_pieces)]
+    summed = np.zeros([target_words.max() + 1, source_words.max() + 1])
+    np.add.at(summed, (target_words[rows][:, None], source_words[kept][None, :]),
+              attention[rows][:, kept])
     return [(int(source), target) for target, source in enumerate(summed.argmax(axis=1))]
 
 

@@ -7,10 +7,10 @@ pieces of each word; a target word is aligned to the source word it attends to m
     alignment_layer(config) -> the decoder layer whose cross-attention aligns
     alignment_head_count(config) -> how many of its heads, from head 0, are averaged
     target_attention(model, source_ids, target_ids) -> float32 [batch, target, source]
-    piece_words(ids, starts_word) -> int32 [batch, time]: each piece's word, -1 for none
-    word_alignment(attention, source_ids, target_ids, starts_word, skip_source_words=0)
+    piece_words(ids, word_marks) -> int32 [batch, time]: each piece's word, -1 for none
+    word_alignment(attention, source_ids, target_ids, word_marks, skip_source_words=0)
         -> int32 [batch, words]
-    align_targets(model, source_ids, target_ids, starts_word, skip_source_words=0)
+    align_targets(model, source_ids, target_ids, word_marks, skip_source_words=0)
         -> string [batch] "I-J ..."
 
 The layer is the penultimate one (the only one of a one-layer decoder): of a Transformer's
@@ -20,18 +20,17 @@ training (`keras_transformer.guided_alignment`) supervises its head 0, and such 
 config says `alignment_heads=1`. The CTranslate2 export declares the same layer and heads
 (`export.ctranslate2`).
 
-A word is a piece that starts one (`starts_word`: by id, the pieces that begin with SentencePiece's
-word-boundary mark or are a space byte) and the pieces after it up to the next such piece; the
-first real piece starts a word whatever it is. On text that SentencePiece wrote these are its
-whitespace-separated words. PAD, BOS and EOS belong to no word, so no word is aligned to the
-source's EOS. A multilingual model's source begins with its target-language token
+Words are the decoded text's whitespace-separated words, counted from pieces as
+`keras_transformer.words` says (by id: `word_marks`, each piece's `word_mark`); pieces of
+whitespace alone, PAD, BOS and EOS belong to no word, so no word is aligned to the source's
+EOS. A multilingual model's source begins with its target-language token
 (`keras_transformer.languages`), a word of its own that is not the line's: with
 `skip_source_words=1` it is aligned to nothing and the line's words count from 0.
 
 Example:
-    starts_word = word_starts(spm_model_proto)  # bool [vocab] (export.translator.align)
-    align_targets(model, source_ids, target_ids, starts_word)  # [batch, source], [batch,
-    # target] -> string [batch], e.g. [b"0-0 1-2 2-1", b""]
+    marks = vocabulary_word_marks(spm_model_proto)  # int32 [vocab] (export.translator.align)
+    align_targets(model, source_ids, target_ids, marks)  # [batch, source], [batch, target]
+    # -> string [batch], e.g. [b"0-0 1-2 2-1", b""]
 """
 from __future__ import annotations
 
@@ -40,6 +39,7 @@ import tensorflow as tf
 from keras_transformer.config import ModelConfig
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.words import WORD_SPACE, WORD_START
 
 
 def alignment_layer(config: ModelConfig) -> int:
@@ -69,18 +69,24 @@ def target_attention(model: Transformer, source_ids: tf.Tensor,
     return tf.reduce_mean(tf.cast(heads, tf.float32), axis=1)  # [batch, target, source]
 
 
-def piece_words(ids: tf.Tensor, starts_word: tf.Tensor) -> tf.Tensor:
+def piece_words(ids: tf.Tensor, word_marks: tf.Tensor) -> tf.Tensor:
     """int32 [batch, time]: the word (from 0) of each piece of `ids` [batch, time], -1 for PAD,
-    BOS and EOS; `starts_word`: bool [vocab]."""
+    BOS, EOS and a piece that is whitespace alone; `word_marks`: int32 [vocab], each piece's
+    `export.word_alignment.word_mark` (WORD_START 1, WORD_SPACE 2), whose `word_groups` is
+    the same rule in Python."""
     ids = tf.cast(ids, tf.int32)
+    marks = tf.gather(word_marks, ids)  # [batch, time]
     real = (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID)  # [batch, time]
+    text = real & (marks != WORD_SPACE)
+    before = tf.pad(tf.where(real, marks, -1)[:, :-1], [[0, 0], [1, 0]], constant_values=-1)
+    after_space = before == WORD_SPACE  # [batch, time]
     first = real & (tf.cumsum(tf.cast(real, tf.int32), axis=1, exclusive=True) == 0)
-    starts = real & (tf.gather(starts_word, ids) | first)
-    return tf.where(real, tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, -1)
+    starts = text & ((marks == WORD_START) | after_space | first)
+    return tf.where(text, tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, -1)
 
 
 def word_alignment(attention: tf.Tensor, source_ids: tf.Tensor, target_ids: tf.Tensor,
-                   starts_word: tf.Tensor, skip_source_words: int = 0) -> tf.Tensor:
+                   word_marks: tf.Tensor, skip_source_words: int = 0) -> tf.Tensor:
     """int32 [batch, target words]: for each target word, the source word with the highest
     attention summed over both words' pieces; -1 past a row's last word and in a row whose
     source has no word. attention: float32 [batch, target, source] (`target_attention`).
@@ -88,10 +94,10 @@ def word_alignment(attention: tf.Tensor, source_ids: tf.Tensor, target_ids: tf.T
     target-language token). The sums are float32 whatever the model's dtype, under the name
     scope `word_alignment`."""
     with tf.name_scope("word_alignment"):
-        source_words = piece_words(source_ids, starts_word)  # [batch, source]
+        source_words = piece_words(source_ids, word_marks)  # [batch, source]
         source_words = tf.where(source_words >= skip_source_words,
                                 source_words - skip_source_words, -1)  # [batch, source]
-        target_words = piece_words(target_ids, starts_word)  # [batch, target]: attention's rows
+        target_words = piece_words(target_ids, word_marks)  # [batch, target]: attention's rows
         # At least one source column, for argmax where no source has a word (an empty batch's
         # maximum is the smallest int32).
         source_onehot = tf.one_hot(source_words, tf.maximum(tf.reduce_max(source_words) + 1, 1))
@@ -106,12 +112,12 @@ def word_alignment(attention: tf.Tensor, source_ids: tf.Tensor, target_ids: tf.T
 
 
 def align_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tensor,
-                  starts_word: tf.Tensor, skip_source_words: int = 0) -> tf.Tensor:
+                  word_marks: tf.Tensor, skip_source_words: int = 0) -> tf.Tensor:
     """string [batch]: `I-J ...`, source word I aligned to target word J, a pair per target
     word in order ("" where either side has no word). source_ids: pieces, EOS, PAD;
     target_ids: pieces then PAD, of at most the model's max_length pieces (its positions:
     the steps that predict them; a search's longest output without its EOS), checked in the
-    graph (InvalidArgumentError); `starts_word`: bool [vocab]; the source's first
+    graph (InvalidArgumentError); `word_marks`: int32 [vocab]; the source's first
     `skip_source_words` words are not the line's (`word_alignment`)."""
     target_ids = tf.cast(target_ids, tf.int32)
     max_length = model.model_config.max_length
@@ -124,7 +130,7 @@ def align_targets(model: Transformer, source_ids: tf.Tensor, target_ids: tf.Tens
         no_time = tf.maximum(0, 1 - tf.shape(target_ids)[1])
         target_ids = tf.pad(target_ids[:, :max_length], [[0, 0], [0, no_time]])
     attention = target_attention(model, source_ids, target_ids)  # [batch, time, source]
-    source_words = word_alignment(attention, source_ids, target_ids, starts_word,
+    source_words = word_alignment(attention, source_ids, target_ids, word_marks,
                                   skip_source_words)  # [batch, target words]
     target_words = tf.strings.as_string(tf.range(tf.shape(source_words)[1]))  # [words]
     pairs = tf.strings.join([tf.strings.as_string(source_words), "-",

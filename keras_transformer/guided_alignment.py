@@ -3,7 +3,7 @@ Transformer Models"; OpenNMT-tf's `guided_alignment_type: ce`): one cross-attent
 alignment layer (`keras_transformer.alignment.alignment_layer`, head 0, the head CTranslate2's
 `alignment_heads=1` reads) is trained towards word alignments computed beforehand.
 
-    gold_alignment(source_ids, target_ids, links, starts_word) -> float32 [target, source]
+    gold_alignment(source_ids, target_ids, links, word_marks) -> float32 [target, source]
     guided_alignment_loss(attention, gold) -> float32 scalar, summed over target pieces
 
 The gold alignments are word pairs `I-J` (source word I, target word J, from 0; words as
@@ -15,7 +15,7 @@ sum, times `train.guided_alignment_weight`, by the update's real target tokens, 
 the translation loss (OpenNMT-tf divides by the target lengths too).
 
 Example (one pair; attention rows as the model computes them for target_ids[1:]):
-    gold = gold_alignment(source_ids, target_ids, "0-0 1-1", starts_word)   # [t, s]
+    gold = gold_alignment(source_ids, target_ids, "0-0 1-1", word_marks)   # [t, s]
     loss = guided_alignment_loss(attention, gold[None, 1:])
 """
 from __future__ import annotations
@@ -36,13 +36,13 @@ def word_links(links: tf.Tensor) -> tf.Tensor:
 
 
 def gold_alignment(source_ids: tf.Tensor, target_ids: tf.Tensor, links: tf.Tensor,
-                   starts_word: tf.Tensor) -> tf.Tensor:
+                   word_marks: tf.Tensor) -> tf.Tensor:
     """float32 [target, source], 1 where the words of target piece t and source piece s are
     linked in `links` (a scalar string `I-J ...`), 0 elsewhere and at BOS, EOS and PAD.
     source_ids: int [source] (pieces, EOS); target_ids: int [target] (BOS, pieces, EOS);
-    starts_word: bool [vocab]. Links naming a word a side does not have are left out."""
-    source_words = piece_words(source_ids[None], starts_word)[0]  # [source], -1: no word
-    target_words = piece_words(target_ids[None], starts_word)[0]  # [target]
+    word_marks: int32 [vocab] (`keras_transformer.words.word_marks`). Links naming a word a side does not have are left out."""
+    source_words = piece_words(source_ids[None], word_marks)[0]  # [source], -1: no word
+    target_words = piece_words(target_ids[None], word_marks)[0]  # [target]
     source_count = tf.maximum(tf.reduce_max(source_words) + 1, 1)
     target_count = tf.maximum(tf.reduce_max(target_words) + 1, 1)
     pairs = word_links(links)  # [links, 2]

@@ -30,10 +30,10 @@ from sentencepiece import sentencepiece_model_pb2 as model_pb2
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_transformer.words import SPACE_BYTE_PIECES, WORD_BOUNDARY
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-BYTE_PIECES = ("<0x0A>", "<0x0D>", "<0x20>")  # line break, carriage return, space
 SPACES = r"[\s\x00]+"  # RE2: what `tokenize` reads as one space
-WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a piece that starts a word
 VOCAB_TYPES = ("bpe", "unigram")
 # Identity normalization but for one rule, the noncharacter U+FFFF -> U+FFFD: a model without
 # any rule (normalization_rule_name "identity") has an empty charsmap, for which the
@@ -196,8 +196,8 @@ class DecodingTables:
 
     @classmethod
     def of(cls, processor: spm.SentencePieceProcessor) -> DecodingTables:
-        ids = [processor.piece_to_id(piece) for piece in BYTE_PIECES]
-        if [processor.id_to_piece(i) for i in ids] != list(BYTE_PIECES):
+        ids = [processor.piece_to_id(piece) for piece in SPACE_BYTE_PIECES]
+        if [processor.id_to_piece(i) for i in ids] != list(SPACE_BYTE_PIECES):
             raise ValueError("the SentencePiece model has no byte-fallback pieces")
         vocab = range(processor.get_piece_size())
         return cls(*ids, control=np.array([processor.is_control(i) for i in vocab]),

@@ -6,16 +6,18 @@ import re
 
 import numpy as np
 import pytest
+import sentencepiece as spm
 import tensorflow as tf
 
 from export.ct2_runtime import CTranslate2Translator
 from export.ctranslate2 import export_ctranslate2
 from export.markup import parse_markup
 from export.word_alignment import (AlignmentError, align_words, format_alignment,
-                                   parse_alignment, piece_words, starts_word)
+                                   parse_alignment)
 from export_helpers import SENTENCES, source_ids
 from keras_transformer import alignment
 from keras_transformer.tokenizer import EOS_ID, PAD_ID, vocabulary
+from keras_transformer.words import piece_words, word_marks
 from pipelines.cli import main
 
 MARKUP = ['<b>sun</b> moon <i>star</i>', '<p>the <a href="x>y">river</a> and the stone</p>',
@@ -30,14 +32,33 @@ def ct2_model(exported):
 
 def test_pieces_are_merged_into_words_alike_in_the_graph_and_in_python(export_translator):
     pieces = [piece for piece, _ in vocabulary(export_translator.spm_model_proto)]
-    starts = tf.constant([starts_word(piece) for piece in pieces])
+    marks = tf.constant(word_marks(pieces))
     word = next(piece for piece in pieces if piece.startswith("▁") and len(piece) > 1)
-    rows = [["s", "▁", "<0xE6>", "<0x20>", word, "n"], [word, "▁", "s", "<0x0A>"]]
+    rows = [["s", "▁", "<0xE6>", "<0x20>", word, "n"], [word, "▁", "s", "<0x0A>"],
+            ["▁", word, "▁"], ["▁", "s", "<0x20>"]]
     ids = [[pieces.index(piece) for piece in row] + [EOS_ID] + [PAD_ID] * (6 - len(row))
            for row in rows]
-    graph = alignment.piece_words(tf.constant(ids), starts).numpy()
-    assert graph.tolist() == [[0, 1, 1, 2, 3, 3, -1], [0, 1, 1, 2, -1, -1, -1]]
-    assert [piece_words(row) for row in rows] == [row[row >= 0].tolist() for row in graph]
+    graph = alignment.piece_words(tf.constant(ids), marks).numpy()
+    assert graph.tolist() == [[0, -1, 1, -1, 2, 2, -1], [0, -1, 1, -1, -1, -1, -1],
+                              [-1, 0, -1, -1, -1, -1, -1], [-1, 0, -1, -1, -1, -1, -1]]
+    assert [piece_words(row) for row in rows] == [row[:len(pieces)].tolist() for row, pieces
+                                                  in zip(graph, rows)]
+
+
+def test_the_words_of_any_pieces_are_their_decoded_texts_whitespace_words(export_translator):
+    """Whitespace pieces (the mark alone, space bytes) next to words, at either end, repeated:
+    the words counted are the decoded text's `split()`, word by word."""
+    processor = spm.SentencePieceProcessor(model_proto=export_translator.spm_model_proto)
+    pieces = [piece for piece, _ in vocabulary(export_translator.spm_model_proto)]
+    texts = [piece for piece in pieces[4:] if not piece.startswith("<")]
+    choices = texts[:40] + ["▁", "▁", "▁", "<0x20>", "<0x0A>"]
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        row = list(rng.choice(choices, rng.integers(1, 8)))
+        words = piece_words(row)
+        joined = ["".join(piece for piece, index in zip(row, words) if index == word)
+                  .replace("▁", "") for word in range(max(words, default=-1) + 1)]
+        assert joined == processor.decode_pieces(row).split(), row
 
 
 def test_a_target_word_takes_the_source_word_of_most_attention_summed_over_pieces():
@@ -56,7 +77,7 @@ def test_a_multilingual_sources_language_token_is_no_word_of_the_line():
     """Source `▁ <2fr> ▁a b ▁c`: the token's word (0) left out in the graph and in Python, the
     line's words counted from 0, whatever attention the token draws."""
     pieces = ["<pad>", "<unk>", "<s>", "</s>", "<2fr>", "▁", "▁a", "b", "▁c", "▁x", "▁y"]
-    starts = tf.constant([starts_word(piece) for piece in pieces])
+    marks = tf.constant(word_marks(pieces))
     source, target = ["▁", "<2fr>", "▁a", "b", "▁c"], ["▁x", "▁y"]
     attention = np.array([[0.1, 0.5, 0.1, 0.0, 0.3, 0.0],    # ▁x: the token, then ▁c
                           [0.0, 0.2, 0.3, 0.3, 0.2, 0.0]])  # ▁y: ▁a b
@@ -64,7 +85,7 @@ def test_a_multilingual_sources_language_token_is_no_word_of_the_line():
     target_ids = [[pieces.index(piece) for piece in target]]
     for skip, expected in [(0, [(0, 0), (1, 1)]), (1, [(1, 0), (0, 1)])]:
         graph = alignment.word_alignment(tf.constant([attention], tf.float32), tf.constant(ids),
-                                         tf.constant(target_ids), starts, skip).numpy()
+                                         tf.constant(target_ids), marks, skip).numpy()
         assert list(enumerate(graph[0])) == [(target, source) for source, target in expected]
         assert align_words(attention, source, target, skip) == expected
     assert align_words(attention, ["▁", "<2fr>"], target, 1) == []  # a blank line's token

@@ -16,9 +16,11 @@ from keras_transformer import alignment
 from keras_transformer.config import ModelConfig
 from keras_transformer.guided_alignment import gold_alignment, guided_alignment_loss, word_links
 from keras_transformer.model import Transformer
-from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, vocabulary
+from keras_transformer.words import WORD_CONTINUES, WORD_SPACE, WORD_START, word_marks
 from pipelines.cli import main
 from pipelines.corpus.alignments import grow_diag_final_and
+from pipelines.paths import RunPaths
 from tiny_run import aligned_tiny_run
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "alignment_error.py"
@@ -39,17 +41,19 @@ def test_the_loss_of_a_known_attention_against_a_known_alignment():
 
 
 def test_word_links_become_links_of_every_piece_of_both_words():
-    # ids 4 ▁a, 5 b, 6 ▁c, 7 ▁d, 8 e: pieces that start a word or continue one
-    starts = tf.constant([False] * 4 + [True, False, True, True, False])
-    source = tf.constant([4, 5, 6, EOS_ID])  # words 0 0 1, EOS
+    # ids 4 ▁a, 5 b, 6 ▁c, 7 ▁d, 8 e, 9 ▁: pieces that start a word, continue one, or are
+    # whitespace alone (keras_transformer.words)
+    marks = tf.constant([WORD_CONTINUES] * 4 + [WORD_START, WORD_CONTINUES, WORD_START,
+                                                WORD_START, WORD_CONTINUES, WORD_SPACE])
+    source = tf.constant([4, 5, 9, 6, EOS_ID])  # words 0 0, no word, 1, EOS
     target = tf.constant([BOS_ID, 7, 8, 6, EOS_ID])  # BOS, words 0 0 1, EOS
-    gold = gold_alignment(source, target, tf.constant("1-0 0-1 5-5"), starts).numpy()
-    assert gold.tolist() == [[0, 0, 0, 0],   # BOS
-                             [0, 0, 1, 0],   # target word 0 - source word 1 (▁c)
-                             [0, 0, 1, 0],
-                             [1, 1, 0, 0],   # target word 1 - source word 0 (▁a b)
-                             [0, 0, 0, 0]]   # EOS; the link 5-5 names no word: left out
-    assert not gold_alignment(source, target, tf.constant(""), starts).numpy().any()
+    gold = gold_alignment(source, target, tf.constant("1-0 0-1 5-5"), marks).numpy()
+    assert gold.tolist() == [[0, 0, 0, 0, 0],   # BOS
+                             [0, 0, 0, 1, 0],   # target word 0 - source word 1 (▁c)
+                             [0, 0, 0, 1, 0],
+                             [1, 1, 0, 0, 0],   # target word 1 - source word 0 (▁a b)
+                             [0, 0, 0, 0, 0]]   # EOS; the link 5-5 names no word: left out
+    assert not gold_alignment(source, target, tf.constant(""), marks).numpy().any()
     assert word_links(tf.constant(" 0-1  2-0 ")).numpy().tolist() == [[0, 1], [2, 0]]
 
 
@@ -72,7 +76,10 @@ def test_batches_carry_each_target_pieces_links(tmp_path):
     source, target = batch["source_ids"].numpy(), batch["target_ids"].numpy()
     gold = batch["alignment"].numpy()  # [b, target, source]
     assert gold.shape == target.shape + source.shape[1:]
-    pieces = (target != PAD_ID) & (target != BOS_ID) & (target != EOS_ID)  # [b, target]
+    marks = word_marks(piece for piece, _ in vocabulary(
+        RunPaths(Path(config.run_dir)).spm_model.read_bytes()))  # [vocab]
+    pieces = ((target != PAD_ID) & (target != BOS_ID) & (target != EOS_ID)
+              & (marks[target] != WORD_SPACE))  # [b, target]: the pieces of words
     assert (gold.sum(axis=2) > 0)[pieces].all()  # every word of the pairs is aligned
     assert not gold[~pieces].any() and not gold[np.broadcast_to(
         ((source == PAD_ID) | (source == EOS_ID))[:, None, :], gold.shape)].any()

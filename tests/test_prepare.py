@@ -228,7 +228,7 @@ def test_alignments_are_written_beside_each_shard_in_spm_words(tmp_path, capsys)
     eflomal runs in 60 aligned it in 417 and 527 of the 560 pairs."""
     import sentencepiece as spm
 
-    from pipelines.corpus.alignments import piece_words
+    from pipelines.corpus.alignments import line_words
     from pipelines.corpus.shards import train_alignments
 
     config = write_corpus(tmp_path, *numbered_corpus(600, repeats=5), shards=2,
@@ -245,7 +245,7 @@ def test_alignments_are_written_beside_each_shard_in_spm_words(tmp_path, capsys)
         assert align.name == src.name.replace(".src", ".align")
         for source, target, links in zip(read_lines(src), read_lines(tgt), read_lines(align),
                                          strict=True):
-            sizes = tuple(len(words) for words in piece_words(processor, [source, target]))
+            sizes = tuple(len(words) for words in line_words(processor, [source, target]))
             pairs = {tuple(map(int, link.split("-"))) for link in links.split()}
             assert all(i < sizes[0] and j < sizes[1] for i, j in pairs)
             found += {(1, 1), (3, 3)} <= pairs

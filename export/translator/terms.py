@@ -31,11 +31,11 @@ from export.glossary import TermTranslation, padded_terms
 from export.lines import translate_in_batches
 from export.translator.align import search_alignment
 from export.translator.translate import translation_outputs
-from export.word_alignment import starts_word
 from keras_transformer.decoding_settings import DecodingSettings
 from keras_transformer.model import Transformer
 from keras_transformer.shortlist_table import Shortlist
 from keras_transformer.tokenizer import PAD_ID, Tokenizer, vocabulary
+from keras_transformer.words import starts_word
 from keras_transformer.translate import decode_with_terms
 
 WORD_CHARACTER = re.compile(r"\w")

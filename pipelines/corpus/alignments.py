@@ -2,11 +2,11 @@
 shard's `.align` file, `I-J ...` a line (source word I, target word J, from 0), by line with
 the shard's pairs.
 
-Words are SentencePiece's: a piece that starts a word (the word-boundary mark, a space byte, or
-a line's first piece) and the pieces after it, as `keras_transformer.alignment.piece_words`
-counts them in the graph, so a link always names the pieces training supervises (on text that
-SentencePiece's normalization leaves alone, these are its whitespace-separated words). The
-aligner sees each word as its pieces joined without the boundary mark.
+Words are counted from SentencePiece's pieces as `keras_transformer.words` says (the graph's
+`keras_transformer.alignment.piece_words` counts them alike), so a link always names the
+pieces training supervises; on text that SentencePiece's normalization leaves alone, these are
+its whitespace-separated words. The aligner sees each word as its pieces joined without the
+boundary mark.
 
 eflomal (Östling & Tiedemann 2017, the `eflomal` package) aligns both directions; the two are
 symmetrized with grow-diag-final-and (Koehn et al. 2005), as the alignments Garg et al. 2019
@@ -26,8 +26,8 @@ from typing import Callable, Sequence
 
 import sentencepiece as spm
 
-from export.word_alignment import (WORD_BOUNDARY, Alignment, format_alignment,
-                                   parse_alignment, starts_word)
+from export.word_alignment import Alignment, format_alignment, parse_alignment
+from keras_transformer.words import WORD_BOUNDARY, piece_words
 from pipelines import InputError
 
 Words = list[str]
@@ -40,20 +40,20 @@ ENCODE_BATCH = 4096  # lines a SentencePiece call encodes
 EFLOMAL_SAMPLERS = 2
 
 
-def piece_words(processor: spm.SentencePieceProcessor, lines: Sequence[str]) -> list[Words]:
-    """The words of each line as the graph counts them, each as its pieces joined without the
-    word-boundary mark ("▁" for a word that is the mark alone). Lines are encoded
-    ENCODE_BATCH at a time by SentencePiece's threads."""
+def line_words(processor: spm.SentencePieceProcessor, lines: Sequence[str]) -> list[Words]:
+    """The words of each line as `keras_transformer.words` counts them, each as its pieces
+    joined without the word-boundary mark. Lines are encoded ENCODE_BATCH at a time by
+    SentencePiece's threads."""
     result = []
     for start in range(0, len(lines), ENCODE_BATCH):
         for pieces in processor.encode(list(lines[start:start + ENCODE_BATCH]), out_type=str):
             words: list[str] = []
-            for index, piece in enumerate(pieces):
-                if index == 0 or starts_word(piece):
+            for piece, word in zip(pieces, piece_words(pieces)):
+                if word == len(words):
                     words.append(piece.replace(WORD_BOUNDARY, ""))
-                else:
+                elif word >= 0:
                     words[-1] += piece
-            result.append([word or WORD_BOUNDARY for word in words])
+            result.append(words)
     return result
 
 
@@ -127,7 +127,7 @@ def write_alignments(directory: Path, shard_names: Sequence[str], model_proto: b
     counts = []
     for name in shard_names:
         for side, words in (("src", sources), ("tgt", targets)):
-            words.extend(piece_words(processor, read_split_lines(directory / f"{name}.{side}")))
+            words.extend(line_words(processor, read_split_lines(directory / f"{name}.{side}")))
         counts.append(len(sources) - sum(counts))
     report(f"aligning the words of {len(sources):,} train pairs with eflomal")
     alignments = eflomal_alignments(sources, targets)

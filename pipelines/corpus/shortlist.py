@@ -27,9 +27,10 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from export.word_alignment import parse_alignment, starts_word
+from export.word_alignment import parse_alignment
 from keras_transformer.shortlist_table import STORED_PER_PIECE, ShortlistTable
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, user_symbols
+from keras_transformer.words import word_groups, word_marks
 from pipelines.corpus.alignments import ALIGN_SUFFIX, ENCODE_BATCH
 
 MAX_PAIRS = 2_000_000  # train pairs counted at most (a systematic sample of more)
@@ -60,7 +61,7 @@ def shortlist_table(sources: Iterable[str], targets: Iterable[str],
     None), at most MAX_PAIRS of them."""
     processor = spm.SentencePieceProcessor(model_proto=model_proto)
     vocab = processor.get_piece_size()
-    word_start = np.array([starts_word(processor.id_to_piece(i)) for i in range(vocab)])
+    marks = word_marks(processor.id_to_piece(i) for i in range(vocab))  # int32 [vocab]
     pair_counts = PairCounts(vocab)
     target_counts = np.zeros([vocab], np.int64)  # occurrences in the targets
     lines: Iterator = zip(sources, targets, itertools.repeat("") if alignments is None
@@ -73,7 +74,7 @@ def shortlist_table(sources: Iterable[str], targets: Iterable[str],
         if alignments is None:
             pair_counts.add(*_cooccurring(src.unique(), tgt.unique()))
         else:
-            pair_counts.add(*_linked(src, tgt, links, word_start))
+            pair_counts.add(*_linked(src, tgt, links, marks))
         pairs += len(chunk)
     source, target = pair_counts.keys // vocab, pair_counts.keys % vocab  # [keys]
     score = pair_counts.counts.astype(np.float64)  # p(t | s) ranks as c(s, t) for one s
@@ -146,16 +147,19 @@ class _Pieces:
         keys = np.unique(self.line * width + self.ids)
         return keys // width, keys % width
 
-    def words(self, word_start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(word group of each piece [pieces], ascending; the first group of each line
-        [lines]; groups per line [lines]): a piece starts a word (`word_start` bool [vocab])
-        or its line, as `pipelines.corpus.alignments.piece_words` splits words."""
-        starts = word_start[self.ids]
-        starts[np.searchsorted(self.line, np.arange(self.lines))[
-            np.bincount(self.line, minlength=self.lines) > 0]] = True
-        group = np.cumsum(starts) - 1  # [pieces]
-        words = np.bincount(self.line[starts], minlength=self.lines)  # [lines]
-        return group, np.cumsum(words) - words, words
+    def words(self, marks: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(the pieces in a word [kept], ascending; their word [kept], ascending, counted over
+        the chunk; each line's first word [lines]; words per line [lines]): words as
+        `keras_transformer.words.word_groups` counts them (`marks`: int32 [vocab])."""
+        line_starts = np.ones(len(self.ids), bool)  # [pieces]
+        line_starts[1:] = self.line[1:] != self.line[:-1]
+        group = word_groups(marks[self.ids], line_starts)  # [pieces], -1: whitespace alone
+        kept = np.flatnonzero(group >= 0)  # [kept]
+        word_line = np.zeros([int(group.max(initial=-1)) + 1], np.int64)  # [words]
+        word_line[group[kept]] = self.line[kept]
+        words = np.bincount(word_line, minlength=self.lines)  # [lines]
+        return kept, group[kept], np.cumsum(words) - words, words
 
 
 def _chunks(lines: Iterator) -> Iterator[list]:
@@ -184,13 +188,13 @@ def _cooccurring(source: tuple[np.ndarray, np.ndarray], target: tuple[np.ndarray
     return source_ids[a], target_ids[b]
 
 
-def _linked(source: _Pieces, target: _Pieces, links: Sequence[str], word_start: np.ndarray
+def _linked(source: _Pieces, target: _Pieces, links: Sequence[str], marks: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray]:
     """(source piece, target piece) of every piece of each link's source word with every
     piece of its target word (links `I-J ...`, a line's); a link outside its line's words is
     ignored."""
-    source_group, source_first, source_words = source.words(word_start)
-    target_group, target_first, target_words = target.words(word_start)
+    source_pieces, source_group, source_first, source_words = source.words(marks)
+    target_pieces, target_group, target_first, target_words = target.words(marks)
     parsed = [parse_alignment(text) for text in links]
     line = np.repeat(np.arange(len(parsed)), [len(pairs) for pairs in parsed])  # [links]
     word = np.array(list(itertools.chain.from_iterable(parsed)), np.int64).reshape(-1, 2)
@@ -200,4 +204,5 @@ def _linked(source: _Pieces, target: _Pieces, links: Sequence[str], word_start: 
                                 int(source_words.sum()))  # each link's source pieces
     row, target_piece = _cross((target_first[line] + word[:, 1])[link], target_group,
                                int(target_words.sum()))  # ... with its target pieces
-    return source.ids[source_piece[row]], target.ids[target_piece]
+    return (source.ids[source_pieces[source_piece[row]]],
+            target.ids[target_pieces[target_piece]])

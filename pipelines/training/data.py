@@ -40,9 +40,9 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from export.word_alignment import starts_word
 from keras_transformer.guided_alignment import gold_alignment
 from keras_transformer.tokenizer import PAD_ID, Tokenizer, vocabulary
+from keras_transformer.words import word_marks
 from pipelines.config.data import NoiseConfig
 from pipelines.training.buckets import batch_tokens_problem, bucket_boundaries
 from pipelines.training.noise import is_noisy, noised
@@ -281,13 +281,13 @@ def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer, parallel: int,
 def _with_gold_alignment(tokenizer: Tokenizer
                          ) -> Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]:
     """A pair's "links" line -> "alignment": float32 [tgt_len, src_len] (`gold_alignment`)."""
-    starts = tf.constant([starts_word(piece) for piece, _ in
-                          vocabulary(tokenizer.model_proto)])  # bool [vocab]
+    marks = tf.constant(word_marks(piece for piece, _ in
+                                   vocabulary(tokenizer.model_proto)))  # int32 [vocab]
 
     def add(ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         kept = {key: value for key, value in ex.items() if key != "links"}
         return {**kept, "alignment": gold_alignment(ex["source_ids"], ex["target_ids"],
-                                                    ex["links"], starts)}
+                                                    ex["links"], marks)}
 
     return add
 

@@ -16,12 +16,11 @@ from keras_transformer import alignment
 from keras_transformer.config import ModelConfig
 from keras_transformer.guided_alignment import gold_alignment, guided_alignment_loss, word_links
 from keras_transformer.model import Transformer
-from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, vocabulary
-from keras_transformer.words import WORD_CONTINUES, WORD_SPACE, WORD_START, word_marks
+from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.words import WORD_CONTINUES, WORD_SPACE, WORD_START
 from pipelines.cli import main
 from pipelines.corpus.alignments import grow_diag_final_and
-from pipelines.paths import RunPaths
-from tiny_run import aligned_tiny_run
+from tiny_run import aligned_tiny_run, word_pieces
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "alignment_error.py"
 
@@ -76,10 +75,7 @@ def test_batches_carry_each_target_pieces_links(tmp_path):
     source, target = batch["source_ids"].numpy(), batch["target_ids"].numpy()
     gold = batch["alignment"].numpy()  # [b, target, source]
     assert gold.shape == target.shape + source.shape[1:]
-    marks = word_marks(piece for piece, _ in vocabulary(
-        RunPaths(Path(config.run_dir)).spm_model.read_bytes()))  # [vocab]
-    pieces = ((target != PAD_ID) & (target != BOS_ID) & (target != EOS_ID)
-              & (marks[target] != WORD_SPACE))  # [b, target]: the pieces of words
+    pieces = word_pieces(target, config.run_path)  # [b, target]
     assert (gold.sum(axis=2) > 0)[pieces].all()  # every word of the pairs is aligned
     assert not gold[~pieces].any() and not gold[np.broadcast_to(
         ((source == PAD_ID) | (source == EOS_ID))[:, None, :], gold.shape)].any()

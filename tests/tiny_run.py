@@ -91,6 +91,18 @@ def aligned_tiny_run(directory: Path, steps: int = 3) -> Path:
     return config
 
 
+def word_pieces(target_ids: np.ndarray, run_path: Path) -> np.ndarray:
+    """bool, target_ids' shape: the pieces of words (`keras_transformer.words`: not BOS, EOS,
+    PAD or whitespace alone), those gold alignments link, of the run's vocabulary."""
+    from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, vocabulary
+    from keras_transformer.words import WORD_SPACE, word_marks
+
+    model_proto = RunPaths(run_path).spm_model.read_bytes()
+    marks = word_marks(piece for piece, _ in vocabulary(model_proto))  # [vocab]
+    return ((target_ids != PAD_ID) & (target_ids != BOS_ID) & (target_ids != EOS_ID)
+            & (marks[target_ids] != WORD_SPACE))
+
+
 def copy_run(source: Path, destination: Path, **model: Any) -> tuple[Path, RunPaths]:
     """(config path, paths) of a copy of the run of `make_tiny_run(source)` made in
     `destination`; `model` overrides its model section."""

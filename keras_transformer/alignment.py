@@ -72,7 +72,7 @@ def target_attention(model: Transformer, source_ids: tf.Tensor,
 def piece_words(ids: tf.Tensor, word_marks: tf.Tensor) -> tf.Tensor:
     """int32 [batch, time]: the word (from 0) of each piece of `ids` [batch, time], -1 for PAD,
     BOS, EOS and a piece that is whitespace alone; `word_marks`: int32 [vocab], each piece's
-    `export.word_alignment.word_mark` (WORD_START 1, WORD_SPACE 2), whose `word_groups` is
+    `keras_transformer.words.word_mark` (WORD_START 1, WORD_SPACE 2), whose `word_groups` is
     the same rule in Python."""
     ids = tf.cast(ids, tf.int32)
     marks = tf.gather(word_marks, ids)  # [batch, time]

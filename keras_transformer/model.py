@@ -222,8 +222,7 @@ class Transformer(keras.Model):
         computed once before a decoding loop (else the embedding is transposed at every
         step). `rows_per_sentence`: the consecutive rows (a beam search's beams) that read a
         sentence's row of the cache's per-sentence tensors."""
-        x = tf.squeeze(self.target_positions(self.embedding(tf.expand_dims(ids, 1)), start=step),
-                       1)  # [n, d]
+        x = self.target_positions.at_position(self.embedding(ids), step)  # [n, d]
         new_cache: Cache = {SENTENCE_KEY: cache[SENTENCE_KEY]}
         memory_mask = cache[SENTENCE_KEY]["memory_mask"]  # [n / rows_per_sentence, 1, 1, s]
         for i, layer in enumerate(self.decoder_layers):

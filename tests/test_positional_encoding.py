@@ -66,3 +66,17 @@ def test_learned_positions_are_weights_and_offset():
     np.testing.assert_allclose(step[:, 0], full[:, 4], atol=1e-6)
     restored = LearnedPositionalEmbedding.from_config(layer.get_config())
     assert restored.max_length == 16
+
+
+def test_one_positions_encoding_is_calls_step_squeezed():
+    """at_position (a decoding step's [batch, d_model]) adds what `call` adds to x[:, None] at
+    that start, within the table and past it (its last row), traced with a scalar step."""
+    learned = LearnedPositionalEmbedding(max_length=8)
+    learned(tf.zeros([1, 1, 6]))  # built
+    x = tf.random.normal([3, 6], seed=3)
+    for layer in (SinusoidalPositionalEncoding(max_length=8), SinusoidalPositionalEncoding(),
+                  learned):
+        at = tf.function(lambda x, step: layer.at_position(x, step), autograph=False)
+        for step in (0, 5, 11):
+            np.testing.assert_array_equal(at(x, tf.constant(step)),
+                                          layer(x[:, None], start=step)[:, 0])

@@ -12,7 +12,8 @@ sines and cosines (without `max_length` it computes them, for any position).
 Example:
     table = sinusoidal_table(tf.range(128), d_model=512)  # float32 [128, 512]
     x = SinusoidalPositionalEncoding(max_length=128)(embedded)  # positions 0..time-1
-    x = LearnedPositionalEmbedding(1024)(embedded, start=step)  # one decoding step
+    x = LearnedPositionalEmbedding(1024)(embedded, start=step)  # from a decoding step
+    x = LearnedPositionalEmbedding(1024).at_position(embedded_step, step)  # [batch, d_model]
 """
 from __future__ import annotations
 
@@ -63,14 +64,22 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
         self.max_length = max_length
 
     def call(self, x: tf.Tensor, start: tf.Tensor | int = 0) -> tf.Tensor:
-        positions = tf.range(_time(x)) + start  # [time]
+        rows = self._rows(tf.range(_time(x)) + start, x.shape[-1])  # [time, d_model]
+        return x + tf.expand_dims(tf.cast(rows, x.dtype), 0)
+
+    def at_position(self, x: tf.Tensor, position: tf.Tensor | int) -> tf.Tensor:
+        """x [batch, d_model] plus the encoding of one position (a decoding step's): `call` on
+        x[:, None] with start=position, squeezed, in fewer ops."""
+        rows = self._rows(tf.convert_to_tensor(position), x.shape[-1])  # [d_model]
+        return x + tf.cast(rows, x.dtype)
+
+    def _rows(self, positions: tf.Tensor, d_model: int) -> tf.Tensor:
+        """float32 [time, d_model] for positions int [time], [d_model] for a scalar one."""
         if self.max_length is None:
-            table = sinusoidal_table(positions, x.shape[-1])  # [time, d_model]
-        else:
-            table = tf.gather(sinusoidal_table(tf.range(self.max_length), x.shape[-1]),
-                              tf.minimum(positions, self.max_length - 1),
-                              name=POSITIONS_OP)  # [time, d_model]
-        return x + tf.expand_dims(tf.cast(table, x.dtype), 0)
+            table = sinusoidal_table(tf.reshape(positions, [-1]), d_model)  # [time, d_model]
+            return table if positions.shape.rank else table[0]
+        return tf.gather(sinusoidal_table(tf.range(self.max_length), d_model),
+                         tf.minimum(positions, self.max_length - 1), name=POSITIONS_OP)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -97,10 +106,17 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
             initializer=keras.initializers.RandomNormal(stddev=input_shape[-1] ** -0.5))
 
     def call(self, x: tf.Tensor, start: tf.Tensor | int = 0) -> tf.Tensor:
-        positions = tf.range(_time(x)) + start  # [time]
-        positions = tf.minimum(positions, self.max_length - 1)
-        table = tf.gather(tf.cast(self.position_embeddings, x.dtype), positions)
-        return x + tf.expand_dims(table, 0)
+        return x + tf.expand_dims(self._rows(tf.range(_time(x)) + start, x.dtype), 0)
+
+    def at_position(self, x: tf.Tensor, position: tf.Tensor | int) -> tf.Tensor:
+        """x [batch, d_model] plus the embedding of one position (a decoding step's): `call`
+        on x[:, None] with start=position, squeezed, in fewer ops."""
+        return x + self._rows(tf.convert_to_tensor(position), x.dtype)
+
+    def _rows(self, positions: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        """[time, d_model] for positions int [time], [d_model] for a scalar one."""
+        return tf.gather(tf.cast(self.position_embeddings, dtype),
+                         tf.minimum(positions, self.max_length - 1))
 
     def compute_output_shape(self, input_shape):
         return input_shape

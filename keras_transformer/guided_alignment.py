@@ -40,7 +40,8 @@ def gold_alignment(source_ids: tf.Tensor, target_ids: tf.Tensor, links: tf.Tenso
     """float32 [target, source], 1 where the words of target piece t and source piece s are
     linked in `links` (a scalar string `I-J ...`), 0 elsewhere and at BOS, EOS and PAD.
     source_ids: int [source] (pieces, EOS); target_ids: int [target] (BOS, pieces, EOS);
-    word_marks: int32 [vocab] (`keras_transformer.words.word_marks`). Links naming a word a side does not have are left out."""
+    word_marks: int32 [vocab] (`keras_transformer.words.word_marks`). Links naming a word a
+    side does not have are left out."""
     source_words = piece_words(source_ids[None], word_marks)[0]  # [source], -1: no word
     target_words = piece_words(target_ids[None], word_marks)[0]  # [target]
     source_count = tf.maximum(tf.reduce_max(source_words) + 1, 1)

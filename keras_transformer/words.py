@@ -4,9 +4,9 @@ the aligner's input all count words by (`keras_transformer.alignment.piece_words
 rule in the graph).
 
 A word begins at a piece with text that begins with the word-boundary mark or follows a piece
-of whitespace alone or its line's start; pieces of whitespace alone (the mark alone, a space byte) belong to
-no word. So the words are those of the decoded text split at whitespace: ["▁a", "b", "▁",
-"▁c"] decodes as "ab  c", two words.
+of whitespace alone or its line's start; pieces of whitespace alone (the mark alone, a space
+byte) belong to no word. So the words are those of the decoded text split at whitespace:
+["▁a", "b", "▁", "▁c"] decodes as "ab  c", two words.
 
 Example:
     piece_words(["▁a", "b", "▁", "▁c"])  # [0, 0, -1, 1]

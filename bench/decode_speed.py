@@ -92,6 +92,13 @@ def runtime_threads(runtime: str, threads: int) -> tuple[str, int]:
     return name, int(count)
 
 
+def renamed(runtime: str, name: str) -> str:
+    """`runtime` with its name replaced by `name`, its THREADS_MARK and threads kept
+    (`onnx@1` -> `onnx:full@1`)."""
+    _, mark, count = runtime.partition(THREADS_MARK)
+    return name + mark + count
+
+
 def worker(runtime: str, model_dir: Path, sources: list[list[int]], batch_size: int,
            threads: int, repeats: int) -> None:
     """Loads the runtime and warms it up, says "ready", then for each batch index read from
@@ -281,8 +288,8 @@ def report(results: dict[str, dict[int, list[dict]]], found: FoundModels, about:
             seconds = _seconds(batches)
             sentences = sum(b["sentences"] for b in batches)
             tokens = sum(b["tokens"] for b in batches)
-            name, mark, count = runtime.partition(THREADS_MARK)
-            full = results.get(name + FULL + mark + count, {}).get(batch_size)
+            full = results.get(renamed(runtime, runtime_threads(runtime, 1)[0] + FULL),
+                               {}).get(batch_size)
             ratio = f"{_seconds(full) / seconds:>9.2f}" if full else f"{'-':>9}"
             lines.append(f"{_label(runtime):<34}{batch_size:>6}{sentences:>11}"
                          f"{sentences / seconds:>9.2f}{tokens / seconds:>10.1f}{ratio}"
@@ -380,8 +387,8 @@ def main() -> int:
                            args.xla_max_batch, args.parallel_searches or args.threads)
         sources, references, spm_model = test_split(config, args.sentences)
         timed_runtimes = list(dict.fromkeys(  # without a shortlist: the FULL variants
-            (name if name in found.directories else variant(name)[0] + FULL) + mark + count
-            for name, mark, count in (runtime.partition(THREADS_MARK) for runtime in runtimes)))
+            renamed(runtime, name if name in found.directories else variant(name)[0] + FULL)
+            for runtime, name in zip(runtimes, names)))
         results: dict[str, dict[int, list[dict]]] = {name: {} for name in timed_runtimes}
         for batch_size in batch_sizes:
             timed = taking_turns(timed_runtimes, found.directories, sources, batch_size,

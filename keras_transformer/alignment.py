@@ -28,7 +28,7 @@ EOS. A multilingual model's source begins with its target-language token
 `skip_source_words=1` it is aligned to nothing and the line's words count from 0.
 
 Example:
-    marks = vocabulary_word_marks(spm_model_proto)  # int32 [vocab] (export.translator.align)
+    marks = tf.constant(vocabulary_word_marks(spm_model_proto))  # int32 [vocab] (words.py)
     align_targets(model, source_ids, target_ids, marks)  # [batch, source], [batch, target]
     # -> string [batch], e.g. [b"0-0 1-2 2-1", b""]
 """

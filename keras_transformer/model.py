@@ -231,7 +231,7 @@ class Transformer(keras.Model):
                                                      rows_per_sentence)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.embedding.logits(x, output_kernel), new_cache  # [b, vocab] float32
+        return self.embedding.logits(x, output_kernel), new_cache  # [n, vocab] float32
 
     def get_config(self) -> dict:
         return {"name": self.name, "trainable": self.trainable,

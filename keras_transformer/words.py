@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 import numpy as np
+from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a piece that starts a word
 SPACE_BYTE_PIECES = ("<0x0A>", "<0x0D>", "<0x20>")  # line break, carriage return, space
@@ -39,9 +40,14 @@ def word_mark(piece: str) -> int:
 
 
 def word_marks(pieces: Iterable[str]) -> np.ndarray:
-    """int32 [pieces]: `word_mark` of each piece (of a vocabulary, in id order: the table the
-    graph's `keras_transformer.alignment.piece_words` reads)."""
+    """int32 [pieces]: `word_mark` of each piece."""
     return np.array([word_mark(piece) for piece in pieces], np.int32)
+
+
+def vocabulary_word_marks(model_proto: bytes) -> np.ndarray:
+    """int32 [vocab]: `word_mark` of each piece of a SentencePiece model, by id (the table the
+    graph's `keras_transformer.alignment.piece_words` reads)."""
+    return word_marks(piece.piece for piece in model_pb2.ModelProto.FromString(model_proto).pieces)
 
 
 def word_groups(marks: np.ndarray, line_starts: np.ndarray) -> np.ndarray:

@@ -94,11 +94,10 @@ def aligned_tiny_run(directory: Path, steps: int = 3) -> Path:
 def word_pieces(target_ids: np.ndarray, run_path: Path) -> np.ndarray:
     """bool, target_ids' shape: the pieces of words (`keras_transformer.words`: not BOS, EOS,
     PAD or whitespace alone), those gold alignments link, of the run's vocabulary."""
-    from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, vocabulary
-    from keras_transformer.words import WORD_SPACE, word_marks
+    from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+    from keras_transformer.words import WORD_SPACE, vocabulary_word_marks
 
-    model_proto = RunPaths(run_path).spm_model.read_bytes()
-    marks = word_marks(piece for piece, _ in vocabulary(model_proto))  # [vocab]
+    marks = vocabulary_word_marks(RunPaths(run_path).spm_model.read_bytes())  # [vocab]
     return ((target_ids != PAD_ID) & (target_ids != BOS_ID) & (target_ids != EOS_ID)
             & (marks[target_ids] != WORD_SPACE))
 

@@ -31,13 +31,8 @@ from export.lines import translate_in_batches
 from export.translator.translate import translation_outputs
 from keras_transformer.alignment import align_targets
 from keras_transformer.model import Transformer
-from keras_transformer.tokenizer import EOS_ID, PAD_ID, vocabulary
-from keras_transformer.words import word_marks
-
-
-def vocabulary_word_marks(spm_model_proto: bytes) -> tf.Tensor:
-    """int32 [vocab]: each piece's part in words (`keras_transformer.words.word_mark`)."""
-    return tf.constant(word_marks(piece for piece, _ in vocabulary(spm_model_proto)))
+from keras_transformer.tokenizer import EOS_ID, PAD_ID
+from keras_transformer.words import vocabulary_word_marks
 
 
 def alignment_outputs(model: Transformer, spm_model_proto: bytes, source_ids: tf.Tensor,
@@ -46,7 +41,8 @@ def alignment_outputs(model: Transformer, spm_model_proto: bytes, source_ids: tf
     """Graph code: `align`'s outputs of source ids [batch, time] and the given translations'
     pieces [batch, time] (then PAD)."""
     return {"alignment": align_targets(model, source_ids, target_pieces,
-                                       vocabulary_word_marks(spm_model_proto), skip_source_words)}
+                                       tf.constant(vocabulary_word_marks(spm_model_proto)),
+                                       skip_source_words)}
 
 
 def search_alignment(model: Transformer, spm_model_proto: bytes, source_ids: tf.Tensor,
@@ -54,7 +50,8 @@ def search_alignment(model: Transformer, spm_model_proto: bytes, source_ids: tf.
     """Graph code: string [batch], the `I-J ...` alignment of each searched translation;
     target_ids [batch, time]: a search's output (pieces, EOS where it ended, PAD)."""
     pieces = tf.where(target_ids == EOS_ID, PAD_ID, target_ids)  # [batch, time]
-    return align_targets(model, source_ids, pieces, vocabulary_word_marks(spm_model_proto),
+    return align_targets(model, source_ids, pieces,
+                         tf.constant(vocabulary_word_marks(spm_model_proto)),
                          skip_source_words)
 
 

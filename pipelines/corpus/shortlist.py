@@ -30,7 +30,7 @@ import sentencepiece as spm
 from export.word_alignment import parse_alignment
 from keras_transformer.shortlist_table import STORED_PER_PIECE, ShortlistTable
 from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, user_symbols
-from keras_transformer.words import word_groups, word_marks
+from keras_transformer.words import vocabulary_word_marks, word_groups
 from pipelines.corpus.alignments import ALIGN_SUFFIX, ENCODE_BATCH
 
 MAX_PAIRS = 2_000_000  # train pairs counted at most (a systematic sample of more)
@@ -61,7 +61,7 @@ def shortlist_table(sources: Iterable[str], targets: Iterable[str],
     None), at most MAX_PAIRS of them."""
     processor = spm.SentencePieceProcessor(model_proto=model_proto)
     vocab = processor.get_piece_size()
-    marks = word_marks(processor.id_to_piece(i) for i in range(vocab))  # int32 [vocab]
+    marks = vocabulary_word_marks(model_proto)  # int32 [vocab]
     pair_counts = PairCounts(vocab)
     target_counts = np.zeros([vocab], np.int64)  # occurrences in the targets
     lines: Iterator = zip(sources, targets, itertools.repeat("") if alignments is None

@@ -41,8 +41,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.guided_alignment import gold_alignment
-from keras_transformer.tokenizer import PAD_ID, Tokenizer, vocabulary
-from keras_transformer.words import word_marks
+from keras_transformer.tokenizer import PAD_ID, Tokenizer
+from keras_transformer.words import vocabulary_word_marks
 from pipelines.config.data import NoiseConfig
 from pipelines.training.buckets import batch_tokens_problem, bucket_boundaries
 from pipelines.training.noise import is_noisy, noised
@@ -281,8 +281,7 @@ def _tokenized(pairs: tf.data.Dataset, tokenizer: Tokenizer, parallel: int,
 def _with_gold_alignment(tokenizer: Tokenizer
                          ) -> Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]:
     """A pair's "links" line -> "alignment": float32 [tgt_len, src_len] (`gold_alignment`)."""
-    marks = tf.constant(word_marks(piece for piece, _ in
-                                   vocabulary(tokenizer.model_proto)))  # int32 [vocab]
+    marks = tf.constant(vocabulary_word_marks(tokenizer.model_proto))  # int32 [vocab]
 
     def add(ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         kept = {key: value for key, value in ex.items() if key != "links"}

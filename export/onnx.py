@@ -37,7 +37,8 @@ tokenizer's graph, model.onnx and the detokenizer's graph (`onnx.compose`). Opse
   `_replace_variables_by_constants`), not by `convert_variables_to_constants_v2`, which then
   rebuilds a ConcreteFunction op by op in Python only for tf2onnx to read its GraphDef back:
   a quarter of a conversion, the same ONNX nodes and weights out (`frozen_graph_def`, which
-  also frees the freeze's copy of the weights at once, lowering the export's peak memory);
+  also frees the freeze's copy of a model's weights at once, lowering the export's peak
+  memory);
 * its back-to-back optimizer is left out: it merges two Reshapes even when its reshape
   optimizer has written a 0 ("copy the input's dimension") into the second shape, which breaks
   attention's split into heads once a zero bias has been folded away (an untrained model).
@@ -85,6 +86,10 @@ OPSET = 17
 OPTIMIZERS = {name: optimizer._get_optimizers()[name] for name in (
     "optimize_transpose", "fold_constants", "loop_optimizer", "merge_duplication",
     "reshape_optimizer", "remove_identity")}
+# The weights (bytes) above which the freeze's reference cycles are collected at once, lowering
+# the export's peak memory (docs/figures.md); below it they free little, and a full collection
+# in a process that holds many traced graphs (a test's) costs up to a second.
+COLLECT_FREEZE_ABOVE_BYTES = 4 * 2**20
 
 
 @tf_op("SentencepieceDetokenizeOp", domain=constants.CONTRIB_OPS_DOMAIN)
@@ -192,7 +197,9 @@ def frozen_graph_def(concrete: tf.types.experimental.ConcreteFunction, inputs: l
     function's inputs that are not resources (what from_function keeps of its names)."""
     graph_def, _ = _replace_variables_by_constants(converter_data=_FunctionConverterDataInEager(
         func=concrete, lower_control_flow=False, aggressive_inlining=True))
-    gc.collect()  # the converter's data holds the weights in reference cycles: freed now
+    weights = sum(v.shape.num_elements() * v.dtype.size for v in concrete.variables)
+    if weights > COLLECT_FREEZE_ABOVE_BYTES:
+        gc.collect()  # the converter's data holds the weights in reference cycles: freed now
     with tf.Graph().as_default() as graph:
         tf.import_graph_def(graph_def, name="")
         graph_def = tf_loader.fix_freezing_errors_part2(graph.as_graph_def(add_shapes=True))

@@ -1,20 +1,13 @@
 """bench/gpu_check.py where TensorFlow lists no GPU (the GPU checks need a GPU host)."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
+from bench_scripts import bench_script
 from gpu_helpers import fake_driver, fake_gpus
-
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("gpu_check")
 
 
 def test_no_gpu_and_no_driver_is_nothing_to_check(gpu_check, monkeypatch, tmp_path, capsys):

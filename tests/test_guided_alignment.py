@@ -2,11 +2,8 @@
 symmetrization, the batches that carry gold alignments, a few guided training steps through
 the CLI, the head that alignments then read, and the alignment error rate of bench/."""
 import dataclasses
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,9 +17,8 @@ from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.words import WORD_CONTINUES, WORD_SPACE, WORD_START
 from pipelines.cli import main
 from pipelines.corpus.alignments import grow_diag_final_and
+from bench_scripts import bench_script
 from tiny_run import aligned_tiny_run, word_pieces
-
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "alignment_error.py"
 
 
 def test_the_loss_of_a_known_attention_against_a_known_alignment():
@@ -108,10 +104,7 @@ def test_alignments_read_head_0_alone_after_guided_training():
 
 
 def test_the_alignment_error_rate_of_a_hand_made_case(tmp_path):
-    spec = importlib.util.spec_from_file_location("alignment_error", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules["alignment_error"] = bench
-    spec.loader.exec_module(bench)
+    bench = bench_script("alignment_error")
     gold = tmp_path / "gold.tsv"
     gold.write_text("# line\tsure\tpossible\tsource\ttarget\n"
                     "7\t0-0 1-1\t2-1\ta b c\tx y\n"

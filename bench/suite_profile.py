@@ -5,7 +5,14 @@ xdist worker's span and its time off the CPU inside tests (sleeps, waits on a su
 a fixture another worker builds), the files by CPU and the costliest tests.
 
     .venv/bin/python bench/suite_profile.py [--workers 2] [--marks "not slow"] [--top 20]
-                                            [--log FILE] [PYTEST_ARGS ...]
+                                            [--log FILE] [--core-share F] [PYTEST_ARGS ...]
+
+`--core-share F` runs the suite as on a slower 2-core AVX2 machine: oneDNN and CTranslate2
+capped at AVX2, and each xdist worker (with its subprocesses) held to F of one core by a cgroup
+of its own, so that no worker runs faster than the slower CPU's core even while the other
+waits (needs root and the cgroup v1 cpu controller at /sys/fs/cgroup/cpu). The suite is
+tracing, Python and scalar C++, not matrix products: take F from a scalar program timed on
+both machines (docs/figures.md: eflomal's binary).
 
 A test's CPU counts the fixtures it is the first to use (the shared exports, trained runs):
 read a file's total, not its first test, as the file's cost. Speed figures name the CPU
@@ -30,6 +37,9 @@ import pytest
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 LOG_VARIABLE = "SUITE_PROFILE_LOG"
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+CGROUP_PERIOD_US = 100_000
+SLOW_CPU_ISA = {"ONEDNN_MAX_CPU_ISA": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"}
 
 
 def _cpu_seconds() -> float:
@@ -78,32 +88,85 @@ def report(records: list[dict], top: int) -> list[str]:
     return lines
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def held_workers(process: subprocess.Popen, workers: int, share: float) -> list[Path]:
+    """Each of pytest's `workers` xdist processes moved, as it starts, into a cgroup of its own
+    limited to `share` of one core (its subprocesses follow it); returns the groups."""
+    if not os.access(CGROUP_CPU, os.W_OK):
+        process.kill()
+        sys.exit(f"suite_profile: --core-share needs root and the cgroup v1 cpu controller at "
+                 f"{CGROUP_CPU}")
+    groups, held = [], set()
+    while len(groups) < workers and process.poll() is None:
+        for pid in set(_children(process.pid)) - held:
+            held.add(pid)
+            group = CGROUP_CPU / f"suite-profile-{process.pid}-{len(groups)}"
+            group.mkdir()
+            (group / "cpu.cfs_period_us").write_text(str(CGROUP_PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(str(int(share * CGROUP_PERIOD_US)))
+            (group / "cgroup.procs").write_text(str(pid))
+            groups.append(group)
+        time.sleep(0.02)
+    return groups
+
+
+def _remove(groups: list[Path]) -> None:
+    for group in groups:
+        for pid in (group / "cgroup.procs").read_text().split():
+            (CGROUP_CPU / "cgroup.procs").write_text(pid)
+        group.rmdir()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2, help="xdist processes (make test's)")
     parser.add_argument("--marks", help='a -m expression, e.g. "not slow" (make test-fast)')
     parser.add_argument("--top", type=int, default=20, help="files and tests listed by CPU")
     parser.add_argument("--log", type=Path, help="keep the per-test JSON lines here")
+    parser.add_argument("--core-share", type=float,
+                        help="each worker held to this share of one core, AVX2 kernels")
     args, pytest_args = parser.parse_known_args()
     log = args.log or Path(tempfile.mkstemp(prefix="suite_profile.", suffix=".jsonl")[1])
     log.write_text("")
     command = [sys.executable, "-m", "pytest", "-q", "-p", "suite_profile", "-n",
                str(args.workers), "--dist", "loadfile", "--no-loadscope-reorder",
-               *(["-m", args.marks] if args.marks else []), *pytest_args, "tests"]
+               *(["-m", args.marks] if args.marks else []), *pytest_args]
+    if not any((ROOT / arg.split("::")[0]).exists() for arg in pytest_args):
+        command.append("tests")  # the whole suite unless test paths are given
     environment = {**os.environ, LOG_VARIABLE: str(log),
                    "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH),
                                                                os.environ.get("PYTHONPATH")]))}
+    if args.core_share:
+        environment |= SLOW_CPU_ISA
     start, cpu = time.monotonic(), _cpu_seconds()
-    result = subprocess.run(command, cwd=ROOT, env=environment)
+    process = subprocess.Popen(command, cwd=ROOT, env=environment)
+    groups = held_workers(process, args.workers, args.core_share) if args.core_share else []
+    try:
+        process.wait()
+    finally:
+        _remove(groups)
     wall, cpu = time.monotonic() - start, _cpu_seconds() - cpu
     records = [json.loads(line) for line in log.read_text().splitlines()]
     if not args.log:
         log.unlink()
-    print(f"pytest exited {result.returncode}: {wall:.1f} s wall, {cpu:.1f} CPU-s "
-          f"({len(records)} tests)")
+    held = f", each worker held to {args.core_share} of a core" if args.core_share else ""
+    print(f"pytest exited {process.returncode}: {wall:.1f} s wall, {cpu:.1f} CPU-s "
+          f"({len(records)} tests{held})")
     if records:
         print("\n".join(report(records, args.top)))
-    sys.exit(result.returncode)
+    sys.exit(process.returncode)
 
 
 if __name__ == "__main__":

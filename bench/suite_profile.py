@@ -16,8 +16,8 @@ both machines (docs/figures.md: eflomal's binary).
 
 A test's CPU counts the fixtures it is the first to use (the shared exports, trained runs):
 read a file's total, not its first test, as the file's cost. Speed figures name the CPU
-(docs/figures.md); the same code's wall time drifts by up to 1.3x on the virtual machines
-measured, so compare runs in turns, or by their CPU.
+(docs/figures.md); the same code's wall time drifts between runs on a virtual machine, so
+compare runs in turns, or by their CPU.
 """
 from __future__ import annotations
 

@@ -87,8 +87,8 @@ OPTIMIZERS = {name: optimizer._get_optimizers()[name] for name in (
     "optimize_transpose", "fold_constants", "loop_optimizer", "merge_duplication",
     "reshape_optimizer", "remove_identity")}
 # The weights (bytes) above which the freeze's reference cycles are collected at once, lowering
-# the export's peak memory (docs/figures.md); below it they free little, and a full collection
-# in a process that holds many traced graphs (a test's) costs up to a second.
+# the export's peak memory; below it they free little, less than a full collection costs in a
+# process that holds many traced graphs (a test's). Measured: docs/figures.md.
 COLLECT_FREEZE_ABOVE_BYTES = 4 * 2**20
 
 

@@ -43,7 +43,8 @@ def member_key(index: int) -> str:
 
 class MemberKernels:
     """The `embedding` an ensemble offers the searches: `output_kernel()` gives each member's
-    transposed output projection, computed once before a decoding loop as a Transformer's is."""
+    transposed output projection, computed once before a decoding loop as a Transformer's is,
+    and `table()` each member's embedding matrix (a shortlist gathers its pieces' rows)."""
 
     def __init__(self, members: Sequence[Transformer]) -> None:
         self._members = tuple(members)
@@ -51,6 +52,10 @@ class MemberKernels:
     def output_kernel(self) -> tuple[tf.Tensor, ...]:
         """Each member's `embedding.output_kernel()` [d_model_i, vocab]."""
         return tuple(member.embedding.output_kernel() for member in self._members)
+
+    def table(self) -> tuple[tf.Tensor, ...]:
+        """Each member's `embedding.table()` [vocab, d_model_i]."""
+        return tuple(member.embedding.table() for member in self._members)
 
 
 class Ensemble:

@@ -226,12 +226,15 @@ def candidate_step(model: Transformer, last_ids: tf.Tensor, step: tf.Tensor, cac
 def search_kernel(model: Transformer | Ensemble, candidate_ids: tf.Tensor | None
                   ) -> tf.Tensor | tuple[tf.Tensor, ...]:
     """The output projection a search uses, transposed once: [d_model, vocab], or the
-    candidates' columns [d_model, U]; an Ensemble's, one per member."""
-    output_kernel = model.embedding.output_kernel()  # [d_model, vocab] (a tuple: an Ensemble's)
+    candidates' columns [d_model, U] (their rows of the embedding matrix gathered, then
+    transposed: one contiguous copy a piece, not d_model strided ones); an Ensemble's, one per
+    member."""
     if candidate_ids is None:
-        return output_kernel
+        return model.embedding.output_kernel()  # [d_model, vocab] (a tuple: an Ensemble's)
     return tf.nest.map_structure(  # [d_model, U] (each member's)
-        lambda kernel: tf.gather(kernel, candidate_ids, axis=1, name=KERNEL_OP), output_kernel)
+        lambda table: tf.transpose(tf.gather(table, candidate_ids, name=KERNEL_OP),
+                                   name=f"{KERNEL_OP}_columns"),
+        model.embedding.table())
 
 
 def _scoring(model: Transformer, candidate_ids: tf.Tensor | None = None, beam_size: int = 1):

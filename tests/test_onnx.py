@@ -298,37 +298,63 @@ def test_a_log_softmax_in_any_graph_is_rewritten_to_the_same_values():
     np.testing.assert_array_equal(_run(model, {"log": np.array(False), "x": x}), x)
 
 
-def test_a_shortlists_projection_is_quantized_per_column():
-    """The gathered columns of a shortlist's output kernel become int8 with a scale per column:
-    the projection of the gathered columns, small and large alike, within int8's error, and
-    the float32 kernel no longer in the model."""
+def _shortlist_projection(table: np.ndarray, transposed: bool = True) -> "onnx.ModelProto":
+    """x [rows, d] times the rows `ids` of `table` [vocab, d] gathered (named for the
+    shortlist's KERNEL_OP) and transposed, as a shortlisted search projects; without
+    `transposed`, the gathered rows go straight into the MatMul."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from export.onnx_quantize import quantize_shortlist_kernel
     from keras_transformer.shortlist import KERNEL_OP
 
-    rng = np.random.default_rng(5)
-    kernel = rng.normal(size=(16, 40)).astype(np.float32)  # [d_model, vocab]
-    kernel[:, ::4] *= 1e-3  # columns three orders of magnitude apart
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], name=f"search/{KERNEL_OP}")]
+    if transposed:
+        nodes.append(helper.make_node("Transpose", ["rows"], ["columns"], perm=[1, 0],
+                                      name=f"search/{KERNEL_OP}_columns"))
+    nodes.append(helper.make_node("MatMul", ["x", "columns" if transposed else "rows"],
+                                  ["logits"]))
     graph = helper.make_graph(
-        [helper.make_node("Gather", ["kernel", "ids"], ["columns"], axis=1,
-                          name=f"search/{KERNEL_OP}"),
-         helper.make_node("MatMul", ["x", "columns"], ["logits"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 16]),
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, table.shape[1]]),
          helper.make_tensor_value_info("ids", TensorProto.INT32, [None])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(kernel, "kernel")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              ir_version=8)
+        [numpy_helper.from_array(table, "table")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             ir_version=8)
+
+
+def test_a_shortlists_projection_is_quantized_per_piece():
+    """The gathered rows of a shortlist's embedding matrix become int8 with a scale per piece:
+    the projection onto them, small and large rows alike, within int8's error, and the float32
+    matrix no longer in the model."""
+    from onnx import TensorProto
+
+    from export.onnx_quantize import quantize_shortlist_kernel
+
+    rng = np.random.default_rng(5)
+    table = rng.normal(size=(40, 16)).astype(np.float32)  # [vocab, d_model]
+    table[::4] *= 1e-3  # rows three orders of magnitude apart
+    model = _shortlist_projection(table)
     x, ids = rng.normal(size=(3, 16)).astype(np.float32), np.array([0, 5, 8, 39], np.int32)
     assert quantize_shortlist_kernel(model) == 1
     assert [t.name for t in model.graph.initializer if t.data_type == TensorProto.FLOAT] == [
-        "kernel_column_scales"]
+        "table_piece_scales"]
     logits = _run(model, {"x": x, "ids": ids})
-    expected = x @ kernel[:, ids]  # [3, 4]
-    column_size = np.abs(kernel[:, ids]).max(axis=0) * np.abs(x).sum(axis=1, keepdims=True)
-    assert (np.abs(logits - expected) <= 0.02 * column_size).all()
-    assert np.abs(logits[:, [0, 2]]).max() < 0.1  # the small columns keep their own scale
+    expected = x @ table[ids].T  # [3, 4]
+    piece_size = np.abs(table[ids]).max(axis=1) * np.abs(x).sum(axis=1, keepdims=True)
+    assert (np.abs(logits - expected) <= 0.02 * piece_size).all()
+    assert np.abs(logits[:, [0, 2]]).max() < 0.1  # the small rows keep their own scale
+
+
+def test_a_shortlist_projection_of_another_shape_is_refused():
+    """Gathered rows that reach the MatMul untransposed are no graph the rewrite knows: an
+    error naming the node, the model left as it was."""
+    from export.onnx_quantize import quantize_shortlist_kernel
+
+    model = _shortlist_projection(np.ones((40, 16), np.float32), transposed=False)
+    before = model.SerializeToString()
+    with pytest.raises(ValueError, match="search/shortlist_kernel: .* one Transpose"):
+        quantize_shortlist_kernel(model)
+    assert model.SerializeToString() == before
 
 
 def test_model_int8_keeps_the_sinusoid_table_in_float32(onnx_dir):

@@ -3,7 +3,8 @@
 
 `SharedEmbedding` looks ids up and scales them by sqrt(d_model); `logits` projects decoder
 states back onto the vocabulary with the same matrix transposed, in float32 whatever the
-compute dtype; `output_kernel` gives that transposed matrix once, for a decoding loop.
+compute dtype; `output_kernel` gives that transposed matrix once, for a decoding loop, and
+`table` the matrix itself in the compute dtype (a shortlist gathers its pieces' rows from it).
 
 Example:
     embedding = SharedEmbedding(vocab_size=8000, d_model=512)
@@ -45,8 +46,11 @@ class SharedEmbedding(keras.layers.Layer):
             initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
 
     def call(self, ids: tf.Tensor) -> tf.Tensor:
-        table = tf.cast(self.embeddings, self.compute_dtype)
-        return tf.gather(table, ids) * tf.cast(self.d_model ** 0.5, self.compute_dtype)
+        return tf.gather(self.table(), ids) * tf.cast(self.d_model ** 0.5, self.compute_dtype)
+
+    def table(self) -> tf.Tensor:
+        """The embedding matrix [vocab, d_model] in the compute dtype."""
+        return tf.cast(self.embeddings, self.compute_dtype)
 
     def logits(self, hidden: tf.Tensor, kernel: tf.Tensor | None = None) -> tf.Tensor:
         """Pre-softmax projection with the transposed embedding matrix, in float32; `kernel`:
@@ -67,7 +71,7 @@ class SharedEmbedding(keras.layers.Layer):
 
     def output_kernel(self) -> tf.Tensor:
         """The transposed embedding matrix [d_model, vocab] in the compute dtype."""
-        return tf.transpose(tf.cast(self.embeddings, self.compute_dtype))
+        return tf.transpose(self.table())
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.d_model)

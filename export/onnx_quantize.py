@@ -72,13 +72,16 @@ def quantize_shortlist_kernel(model: onnx.ModelProto) -> int:
     projections = [(gather, *_rows_transposed(gather, readers)) for gather in gathers]
     for gather, transpose, matmuls in projections:
         name, rows, columns = gather.input[0], gather.output[0], transpose.output[0]
-        table = numpy_helper.to_array(initializers[name]).astype(np.float32)  # [vocab, d]
-        scales = np.abs(table).max(axis=1) / 127.0  # [vocab]
-        scales[scales == 0] = 1.0
-        quantized = np.clip(np.rint(table / scales[:, None]), -127, 127).astype(np.int8)
-        model.graph.initializer.extend([
-            numpy_helper.from_array(quantized, name + "_int8"),
-            numpy_helper.from_array(scales.astype(np.float32), name + "_piece_scales")])
+        if name + "_int8" not in initializers:  # once a table, however many gathers read it
+            table = numpy_helper.to_array(initializers[name]).astype(np.float32)  # [vocab, d]
+            scales = np.abs(table).max(axis=1) / 127.0  # [vocab]
+            scales[scales == 0] = 1.0
+            quantized = np.clip(np.rint(table / scales[:, None]), -127, 127).astype(np.int8)
+            for tensor in (numpy_helper.from_array(quantized, name + "_int8"),
+                           numpy_helper.from_array(scales.astype(np.float32),
+                                                   name + "_piece_scales")):
+                model.graph.initializer.append(tensor)
+                initializers[tensor.name] = tensor
         column_scales = columns + "_scales"  # float32 [U]
         gather.input[0], gather.output[0] = name + "_int8", rows + "_int8"  # int8 [U, d]
         transpose.input[0] = gather.output[0]

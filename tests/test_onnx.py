@@ -298,26 +298,33 @@ def test_a_log_softmax_in_any_graph_is_rewritten_to_the_same_values():
     np.testing.assert_array_equal(_run(model, {"log": np.array(False), "x": x}), x)
 
 
-def _shortlist_projection(table: np.ndarray, transposed: bool = True) -> "onnx.ModelProto":
+def _shortlist_projection(table: np.ndarray, transposed: bool = True, searches: int = 1
+                          ) -> "onnx.ModelProto":
     """x [rows, d] times the rows `ids` of `table` [vocab, d] gathered (named for the
-    shortlist's KERNEL_OP) and transposed, as a shortlisted search projects; without
-    `transposed`, the gathered rows go straight into the MatMul."""
+    shortlist's KERNEL_OP) and transposed, as a shortlisted search projects (`searches`
+    such projections of the one table: logits, logits_1, ...); without `transposed`, the
+    gathered rows go straight into the MatMul."""
     from onnx import TensorProto, helper, numpy_helper
 
     from keras_transformer.shortlist import KERNEL_OP
 
-    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], name=f"search/{KERNEL_OP}")]
-    if transposed:
-        nodes.append(helper.make_node("Transpose", ["rows"], ["columns"], perm=[1, 0],
-                                      name=f"search/{KERNEL_OP}_columns"))
-    nodes.append(helper.make_node("MatMul", ["x", "columns" if transposed else "rows"],
-                                  ["logits"]))
+    nodes, outputs = [], []
+    for search in range(searches):
+        tail = f"_{search}" if search else ""
+        nodes.append(helper.make_node("Gather", ["table", "ids"], [f"rows{tail}"],
+                                      name=f"search{tail}/{KERNEL_OP}"))
+        if transposed:
+            nodes.append(helper.make_node("Transpose", [f"rows{tail}"], [f"columns{tail}"],
+                                          perm=[1, 0], name=f"search{tail}/{KERNEL_OP}_columns"))
+        nodes.append(helper.make_node(
+            "MatMul", ["x", f"columns{tail}" if transposed else f"rows{tail}"],
+            [f"logits{tail}"]))
+        outputs.append(helper.make_tensor_value_info(f"logits{tail}", TensorProto.FLOAT, None))
     graph = helper.make_graph(
         nodes, "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, table.shape[1]]),
          helper.make_tensor_value_info("ids", TensorProto.INT32, [None])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(table, "table")])
+        outputs, [numpy_helper.from_array(table, "table")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                              ir_version=8)
 
@@ -343,6 +350,26 @@ def test_a_shortlists_projection_is_quantized_per_piece():
     piece_size = np.abs(table[ids]).max(axis=1) * np.abs(x).sum(axis=1, keepdims=True)
     assert (np.abs(logits - expected) <= 0.02 * piece_size).all()
     assert np.abs(logits[:, [0, 2]]).max() < 0.1  # the small rows keep their own scale
+
+
+def test_two_projections_of_one_table_share_its_int8_copy():
+    """Two searches gathering from one table (an ensemble whose converter merged identical
+    members' weights) read one int8 copy and project as each other."""
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    from export.onnx_quantize import quantize_shortlist_kernel
+
+    rng = np.random.default_rng(6)
+    model = _shortlist_projection(rng.normal(size=(40, 16)).astype(np.float32), searches=2)
+    assert quantize_shortlist_kernel(model) == 2
+    assert sorted((t.name, t.data_type) for t in model.graph.initializer) == [
+        ("table_int8", TensorProto.INT8), ("table_piece_scales", TensorProto.FLOAT)]
+    x, ids = rng.normal(size=(3, 16)).astype(np.float32), np.array([1, 7, 30], np.int32)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    first, second = session.run(["logits", "logits_1"], {"x": x, "ids": ids})
+    np.testing.assert_array_equal(first, second)
 
 
 def test_a_shortlist_projection_of_another_shape_is_refused():

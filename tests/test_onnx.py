@@ -353,8 +353,9 @@ def test_a_shortlists_projection_is_quantized_per_piece():
 
 
 def test_two_projections_of_one_table_share_its_int8_copy():
-    """Two searches gathering from one table (an ensemble whose converter merged identical
-    members' weights) read one int8 copy and project as each other."""
+    """Two searches gathering from one table (a converter that merges identical weights, as
+    tf2onnx's constant deduplication does for an ensemble of copies, may leave two gathers)
+    read one int8 copy and project as each other."""
     import onnxruntime as ort
     from onnx import TensorProto
 

@@ -13,7 +13,7 @@ and `BatchCandidates.ids` maps its output back to vocabulary ids.
 
     shortlist = ShortlistTable.load(Path("runs/demo/vocab/shortlist.npz")).select(50, 100)
     batch = batch_candidates(shortlist, source_ids, vocab_size)  # ids [U], rows [batch, U]
-    kernel = tf.gather(model.embedding.output_kernel(), batch.ids, axis=1)  # [d_model, U]
+    kernel = tf.transpose(tf.gather(model.embedding.table(), batch.ids))  # [d_model, U]
 
 Example:
     batch = batch_candidates(Shortlist(tf.constant(table), tf.constant(always)),
@@ -30,9 +30,10 @@ import tensorflow as tf
 from keras_transformer.shortlist_table import Shortlist
 from keras_transformer.tokenizer import PAD_ID
 
-# The name of the op that gathers the candidates' columns of the output kernel
-# (`keras_transformer.translate.search_kernel`): its output is no weight, which ONNX Runtime's
-# int8 quantization must leave alone (`export.onnx_quantize`).
+# The name of the op that gathers the candidates' rows of the embedding matrix, to be
+# transposed into the output kernel's columns (`keras_transformer.translate.search_kernel`): its
+# output is no weight, which ONNX Runtime's int8 quantization must leave alone
+# (`export.onnx_quantize`).
 KERNEL_OP = "shortlist_kernel"
 
 

@@ -109,11 +109,31 @@ def test_a_lines_translation_and_score_do_not_depend_on_its_batch(shortlisted, s
     assert changed
 
 
+def test_the_onnx_projection_gathers_rows_and_holds_no_transposed_table(shortlist_export):
+    """model.onnx's shortlist gathers its candidates' rows (axis 0) of the [vocab, d_model]
+    embedding matrix, and no graph holds that matrix transposed: ONNX Runtime gathers along
+    axis 1 one element at a time (docs/decoding-speed.md, "The shortlist's rows, not its
+    columns"), and a transposed copy would double the table's bytes."""
+    from export.metadata import MODEL_FILE
+    from keras_transformer.shortlist import KERNEL_OP
+
+    model = onnx.load(shortlist_export.onnx / MODEL_FILE)
+    graphs = list(all_graphs(model.graph))
+    initializers = {tensor.name: tensor for graph in graphs for tensor in graph.initializer}
+    (gather,) = [node for graph in graphs for node in graph.node
+                 if node.op_type == "Gather" and KERNEL_OP in node.name]
+    assert [attribute.i for attribute in gather.attribute if attribute.name == "axis"] in ([], [0])
+    vocab, d_model = initializers[gather.input[0]].dims
+    assert vocab > d_model
+    assert not [name for name, tensor in initializers.items()
+                if list(tensor.dims) == [d_model, vocab]]
+
+
 def test_the_int8_onnx_projects_onto_int8_candidates_and_keeps_to_them(shortlist_export,
                                                                       export_translator, table):
-    """model_int8.onnx gathers the candidates' columns of an int8 kernel (no float32 kernel
-    left to quantize) and translates a batch within each line's own candidates, as model.onnx
-    does (int8 may choose other words)."""
+    """model_int8.onnx gathers the candidates' rows of an int8 table (no float32 one left to
+    quantize) and translates a batch within each line's own candidates, as model.onnx does
+    (int8 may choose other words)."""
     from export.metadata import INT8_MODEL_FILE
     from export.onnx_quantize import quantize_shortlist_kernel
 

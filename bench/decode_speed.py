@@ -196,8 +196,8 @@ def _translate_ids_function(runtime: str, model_dir: Path, threads: int
         run = OnnxTranslator(model_dir, threads, model_file,
                              shortlist=shortlisted).translate_ids
     else:
-        run = _session_signature(model_dir, "translate_ids", threads,
-                                 1 if name == "tf-parallel" else threads, shortlisted)
+        run = session_signature(model_dir, "translate_ids", threads,
+                                1 if name == "tf-parallel" else threads, shortlisted)
 
     def translate_ids(batch: list[list[int]]) -> list[list[int]]:
         target = run(_pad(batch))["target_ids"]  # [batch, time]: EOS, then PAD
@@ -206,7 +206,7 @@ def _translate_ids_function(runtime: str, model_dir: Path, threads: int
     return translate_ids
 
 
-def _session_signature(model_dir: Path, name: str, inter_threads: int, intra_threads: int,
+def session_signature(model_dir: Path, name: str, inter_threads: int, intra_threads: int,
                        shortlisted: bool) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
     """A SavedModel signature as TF Serving runs it: TF1's session loader, a session of
     `inter_threads` inter-op and `intra_threads` intra-op threads

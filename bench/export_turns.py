@@ -29,7 +29,8 @@ import sentencepiece as spm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from export.metadata import MODEL_FILE, SAVED_MODEL_EXTRA, SPM_FILE  # noqa: E402
+from export.metadata import (MODEL_FILE, SAVED_MODEL_EXTRA, SAVED_MODEL_GRAPH,  # noqa: E402
+                             SPM_FILE)
 from export.onnx_runtime import padded  # noqa: E402
 
 Decode = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # ids -> (scores, target ids)
@@ -38,12 +39,12 @@ Decode = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # ids -> (scores
 def export_decoder(directory: Path, model: str, threads: int | None) -> tuple[Decode, Path]:
     """How to decode a batch of source ids with the export in `directory` (an ONNX directory
     or a SavedModel version), and its spm.model."""
-    if (directory / "saved_model.pb").is_file():
-        from decode_speed import _session_signature  # bench/decode_speed.py
+    if (directory / SAVED_MODEL_GRAPH).is_file():
+        from decode_speed import session_signature  # bench/decode_speed.py
 
         cores = threads or os.cpu_count() or 1
-        signature = _session_signature(directory, "translate_ids", cores, cores,
-                                       shortlisted=True)
+        signature = session_signature(directory, "translate_ids", cores, cores,
+                                      shortlisted=True)
 
         def decode(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             outputs = signature(ids)
@@ -76,7 +77,7 @@ def main() -> None:
     lines = args.source.read_text(encoding="utf-8").splitlines()[:args.sentences]
     eos = processor.eos_id()
     rows = [processor.encode(line) + [eos] for line in lines]
-    label = "SavedModel" if (args.before / "saved_model.pb").is_file() else args.model
+    label = "SavedModel" if (args.before / SAVED_MODEL_GRAPH).is_file() else args.model
     for batch_size in (int(size) for size in args.batch_sizes.split(",")):
         batches = [padded(rows[start:start + batch_size]).astype(np.int32)
                    for start in range(0, len(rows), batch_size)]

@@ -120,16 +120,16 @@ def _prepared(config: PipelineConfig, paths: RunPaths) -> list[Path]:
 def _exported(config: PipelineConfig, paths: RunPaths) -> list[Path]:
     """The files of each configured format: the newest SavedModel version's graph, the ONNX
     models."""
+    from export.metadata import INT8_MODEL_FILE, MODEL_FILE, SAVED_MODEL_GRAPH, TRANSLATOR_FILE
     from export.versions import latest_version
 
     files = []
     if "saved_model" in config.export.formats:
         version = latest_version(paths.saved_model)
-        files += [(version or paths.saved_model / "VERSION") / "saved_model.pb",
+        files += [(version or paths.saved_model / "VERSION") / SAVED_MODEL_GRAPH,
                   paths.models_config]
     if "onnx" in config.export.formats:
-        files += [paths.onnx / name for name in ("model.onnx", "model_int8.onnx",
-                                                 "translator.onnx")]
+        files += [paths.onnx / name for name in (MODEL_FILE, INT8_MODEL_FILE, TRANSLATOR_FILE)]
     if "ctranslate2" in config.export.formats:
         files += [paths.ctranslate2 / name / "model.bin" for name in ("float32", "int8")]
     return files

@@ -207,7 +207,7 @@ def _translate_ids_function(runtime: str, model_dir: Path, threads: int
 
 
 def session_signature(model_dir: Path, name: str, inter_threads: int, intra_threads: int,
-                       shortlisted: bool) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+                      shortlisted: bool) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
     """A SavedModel signature as TF Serving runs it: TF1's session loader, a session of
     `inter_threads` inter-op and `intra_threads` intra-op threads
     (--tensorflow_inter_op_parallelism, --tensorflow_intra_op_parallelism), the export's

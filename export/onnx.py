@@ -20,9 +20,11 @@ code fails the run at a Gather out of range ("indices element out of data bounds
 
 The beam search's nested tf.while_loops become nested ONNX Loops, whose loop invariants are
 then read from outer scopes and whose weights are moved into the body that reads them
-(`export.onnx_graph`). The beam search is converted once: translator.onnx joins the
-tokenizer's graph, model.onnx and the detokenizer's graph (`onnx.compose`). Opset 17 (tf2onnx
-1.17 supports up to 18). Deviations from tf2onnx's defaults, all pinned to tf2onnx 1.17.0:
+(`export.onnx_graph`); its step's attention is traced within `onnx_step_form()`, in the
+pattern that `export.onnx_attention` fuses. The beam search is converted once:
+translator.onnx joins the tokenizer's graph, model.onnx and the detokenizer's graph
+(`onnx.compose`). Opset 17 (tf2onnx 1.17 supports up to 18). Deviations from tf2onnx's
+defaults, all pinned to tf2onnx 1.17.0:
 * a handler for SentencepieceDetokenizeOp (tf2onnx has none), to onnxruntime-extensions'
   SentencepieceDecoder, which decodes one sequence (`Tokenizer.detokenize` decodes the batch as
   one);
@@ -75,6 +77,7 @@ from export.metadata import (INT8_MODEL_FILE, METADATA_FILE, MODEL_FILE, SCORE_F
                              SPM_FILE, TRANSLATOR_FILE)
 from export.translator.signatures import TARGET_LANG, TEXT, unchecked_inputs
 from export.translator import Translator
+from keras_transformer.layers.attention import onnx_step_form
 from keras_transformer.tokenizer import Tokenizer
 from keras_transformer.top_k import plain_top_k
 
@@ -120,7 +123,7 @@ def export_onnx(translator: Translator, directory: Path) -> dict[str, Path]:
                                                  SCORE_FILE, SPM_FILE, METADATA_FILE)}
     metadata = translator.metadata().to_dict()
     search = translator.translate_ids  # traced anew: the translator may hold a trace of it
-    with plain_top_k(), unchecked_inputs():
+    with plain_top_k(), onnx_step_form(), unchecked_inputs():
         ids_model = convert(tf.function(search.python_function, autograph=False,
                                         input_signature=search.input_signature), metadata)
     onnx.save(ids_model, paths[MODEL_FILE])

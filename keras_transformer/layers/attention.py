@@ -4,12 +4,13 @@ so that a decoder can cache them.
 `MultiHeadAttention` attends from a query [batch, q_time, d_model] over a key_value sequence
 (itself by default) or over keys and values already projected by `project_key_value`
 ([batch, heads, k_time, d_k|d_v]); a decoding step's query is [batch, d_model] (one position,
-its output too: every product a plain matrix product, every reshape of a static shape), or,
-with `queries_per_key` g, [n, d_model] over keys and values of one row per g consecutive
-query rows ([n / g, heads, k_time, d]: a sentence's memory read by its g beams); a mask is
-boolean, broadcastable to [batch, heads, q_time, k_time], True keeping a position;
-the scores and softmax are float32 whatever the layer's dtype. `record_attention` wraps a
-call as a sub-layer function that keeps its weights.
+its output too), or, with `queries_per_key` g, [n, d_model] over keys and values of one row
+per g consecutive query rows ([n / g, heads, k_time, d]: a sentence's memory read by its g
+beams); a mask is boolean, broadcastable to [batch, heads, q_time, k_time] (a step's of rank
+4), True keeping a position; the scores and softmax are float32 whatever the layer's dtype.
+A step runs in the ops TensorFlow's CPU kernels run fastest at its sizes (`_attend_step`),
+or, traced within `onnx_step_form()`, in those ONNX Runtime fuses (`export.onnx_attention`).
+`record_attention` wraps a call as a sub-layer function that keeps its weights.
 
 Example:
     attention = MultiHeadAttention(num_heads=8, key_dim=64, value_dim=64)
@@ -21,12 +22,33 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+import contextvars
+from typing import Callable, Iterator
 
 import keras
 import tensorflow as tf
 
 from keras_transformer.layers.projection import Projection
+
+_ONNX_STEP_FORM = contextvars.ContextVar("onnx_step_form", default=False)
+
+
+@contextlib.contextmanager
+def onnx_step_form() -> Iterator[None]:
+    """Traces a decoding step's attention, within it, as a sequence's is traced (BatchMatMulV2,
+    Softmax, the groups' transposes): the pattern `export.onnx_attention` fuses into ONNX
+    Runtime's MultiHeadAttention.
+
+    Example:
+        with onnx_step_form():
+            concrete = search.get_concrete_function(*specs)
+    """
+    token = _ONNX_STEP_FORM.set(True)
+    try:
+        yield
+    finally:
+        _ONNX_STEP_FORM.reset(token)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -90,6 +112,9 @@ class MultiHeadAttention(keras.layers.Layer):
         `key`/`value` [batch / g, heads, k_time, d] (weights [batch / g, heads, g, k_time])."""
         if key is None or value is None:
             key, value = self.project_key_value(query if key_value is None else key_value)
+        if (query.shape.rank == 2 and not return_attention_scores and not training
+                and not _ONNX_STEP_FORM.get()):
+            return self._attend_step(query, key, value, attention_mask, queries_per_key)
         weights = self._weights(query, key, attention_mask, queries_per_key)  # [b, h, q, k]
         dropped = self.weights_dropout(tf.cast(weights, self.compute_dtype), training=training)
         context = tf.matmul(dropped, value)  # [b, h, q, d_v]
@@ -104,6 +129,26 @@ class MultiHeadAttention(keras.layers.Layer):
             context = tf.reshape(context, [batch, time, self.num_heads * self.value_dim])
         output = self.output_dense(context)  # [b, q, d_model] (a step's [b, d_model])
         return (output, weights) if return_attention_scores else output
+
+    def _attend_step(self, query: tf.Tensor, key: tf.Tensor, value: tf.Tensor,
+                     attention_mask: tf.Tensor | None, queries_per_key: int) -> tf.Tensor:
+        """`call`'s step, query [n, d_model] -> [n, d_model], in groups of g = `queries_per_key`
+        rows over `key`/`value` [n / g, heads, k_time, d], without a transpose: every product
+        broadcasts a group's one row of keys or values over its g queries; the softmax is
+        exp(log_softmax) and float32 products are BatchMatMulV3 (`_step_product`)."""
+        rows = [-1]  # [n, h, 1, d]; in groups, [n / g, g, h, 1, d] over [n / g, 1, h, k, d]
+        if queries_per_key > 1:
+            rows = [-1, queries_per_key]
+            key, value = key[:, None], value[:, None]
+            attention_mask = None if attention_mask is None else attention_mask[:, None]
+        heads = tf.reshape(self.query_dense(query), [*rows, self.num_heads, 1, self.key_dim])
+        scores = _step_product(heads, key, adjoint_y=True)  # [..., h, 1, k]
+        scores = tf.cast(scores, tf.float32) * (self.key_dim ** -0.5)
+        if attention_mask is not None:
+            scores = tf.where(attention_mask, scores, tf.float32.min)
+        weights = tf.cast(tf.exp(tf.nn.log_softmax(scores, axis=-1)), self.compute_dtype)
+        context = _step_product(weights, value)  # [..., h, 1, d_v]
+        return self.output_dense(tf.reshape(context, [-1, self.num_heads * self.value_dim]))
 
     def attention_weights(self, query: tf.Tensor, key_value: tf.Tensor,
                           attention_mask: tf.Tensor | None = None) -> tf.Tensor:
@@ -145,6 +190,18 @@ class MultiHeadAttention(keras.layers.Layer):
     def get_config(self) -> dict:
         return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
                 "value_dim": self.value_dim, "dropout": self.dropout}
+
+
+def _step_product(x: tf.Tensor, y: tf.Tensor, adjoint_y: bool = False) -> tf.Tensor:
+    """x y (y's last two axes swapped with `adjoint_y`), batch axes broadcast, for a decoding
+    step's attention. TensorFlow's x86 packages run float32 MatMul, BatchMatMulV2, Softmax and
+    Transpose as oneDNN's kernels on CPUs with AVX-512 VNNI or BF16 or with AMX, at a fixed
+    cost per call about ten times a step's product; BatchMatMulV3, LogSoftmax and Exp stay
+    Eigen's, as every op does on older CPUs (docs/decoding-speed.md). bfloat16 stays a
+    BatchMatMulV2: Eigen's bfloat16 products are emulated, slower from batch 32 on."""
+    if x.dtype == tf.float32:
+        return tf.raw_ops.BatchMatMulV3(x=x, y=y, adj_y=adjoint_y, Tout=tf.float32)
+    return tf.matmul(x, y, adjoint_b=adjoint_y)
 
 
 def record_attention(attention: MultiHeadAttention, scores: dict[str, tf.Tensor], name: str,

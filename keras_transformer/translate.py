@@ -29,15 +29,19 @@ Every decoding of a Transformer starts at `encode_for_search`, which applies the
 once: `decode_sources` (dev BLEU during training, the attention maps of `visualize`, the tests'
 Keras-level reference), `decode_hypotheses` (the exported Translator's searches, through
 `keras_transformer.parallel_search` when asked), `sample_sources`, `decode_with_terms` and the
-XLA search of `keras_transformer.compiled_search`.
+XLA search of `keras_transformer.compiled_search`. `decode_hypotheses`, `sample_sources` and
+`decode_with_terms` read each weight once, as they start, not in every step
+(`_reading_weights_once`).
 
 Example:
     target_ids, score = decode_sources(model, source_ids, DecodingSettings(beam_size=4))
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+import functools
+from typing import TYPE_CHECKING, Callable, NamedTuple, TypeVar
 
+import keras
 import tensorflow as tf
 
 from keras_transformer.constrained_search import constrained_beam_search
@@ -55,9 +59,26 @@ from keras_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 if TYPE_CHECKING:
     from keras_transformer.ensemble import Ensemble
 
+SearchResult = TypeVar("SearchResult")
 GREEDY = DecodingSettings(beam_size=1)  # dev BLEU during training, attention maps
 PREFIX_KEY = "prefix_ids"  # the forced target prefix, carried in the decoding cache
 SHORTLIST_KEY = "shortlist_bias"  # each row's shortlist, in the decoding cache (shortlisted)
+
+
+def _reading_weights_once(search: Callable[..., SearchResult]) -> Callable[..., SearchResult]:
+    """`search(model, ...)` with each trainable weight of `model` read once, as it starts
+    (keras.StatelessScope maps every weight to that value): a graph traced from it reads the
+    weights before its loops, not in every step, where each read is one more node for
+    TensorFlow's executor to run (docs/decoding-speed.md, "The step's attention outside
+    oneDNN's kernels"). The same numbers."""
+    @functools.wraps(search)
+    def search_reading_weights_once(model: Transformer | Ensemble, *args, **kwargs
+                                    ) -> SearchResult:
+        weights = [(weight, tf.identity(weight.value))  # read here, not where it is used
+                   for weight in model.variables if weight.trainable]
+        with keras.StatelessScope(weights):
+            return search(model, *args, **kwargs)
+    return search_reading_weights_once
 
 
 def decode_sources(model: Transformer, source_ids: tf.Tensor,
@@ -81,6 +102,7 @@ def decode_sources(model: Transformer, source_ids: tf.Tensor,
     return ids[:, 0], scores[:, 0]
 
 
+@_reading_weights_once
 def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
                       prefix_ids: tf.Tensor | None = None, shortlist: Shortlist | None = None
                       ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -110,6 +132,7 @@ def decode_hypotheses(model: Transformer, source_ids: tf.Tensor, settings: Decod
     return tf.where(empty[:, None, None], PAD_ID, ids), tf.where(empty[:, None], 0.0, scores)
 
 
+@_reading_weights_once
 def sample_sources(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
                    sampling: Sampling) -> tuple[tf.Tensor, tf.Tensor]:
     """A random translation of each source (`keras_transformer.sampling`), with the limits of
@@ -131,6 +154,7 @@ class TermsDecoded(NamedTuple):
     term_found: tf.Tensor  # bool [batch, terms]: the term's pieces in target_ids (no term: true)
 
 
+@_reading_weights_once
 def decode_with_terms(model: Transformer, source_ids: tf.Tensor, settings: DecodingSettings,
                       term_ids: tf.Tensor, word_end: tf.Tensor | None = None,
                       shortlist: Shortlist | None = None) -> TermsDecoded:

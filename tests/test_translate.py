@@ -104,3 +104,17 @@ def test_outputs_stop_at_source_length_plus_50_and_at_the_models_max_length(expo
         target_ids, _ = graph_decode(model, source, DecodingSettings(beam_size=1, **kwargs))
         assert output_lengths(target_ids.numpy()) == list(expected)
         assert not (target_ids.numpy() == EOS_ID).any()
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_a_graph_search_reads_each_weight_once_before_its_loops(export_translator, beam_size):
+    """A weight read inside the search's loops is one more node for TensorFlow's executor to
+    run in every step."""
+    model = export_translator.model
+    graph = _graph_search(model, DecodingSettings(beam_size=beam_size)).get_concrete_function(
+    ).graph
+    in_loops = [node.name for function in graph.as_graph_def().library.function
+                for node in function.node_def if node.op == "ReadVariableOp"]
+    assert not in_loops
+    reads = [op for op in graph.get_operations() if op.type == "ReadVariableOp"]
+    assert len(reads) == len(model.trainable_variables)

@@ -30,12 +30,11 @@ import sentencepiece as spm
 from export import ExportError
 from export.lines import (decode_line, language_line, line_languages, normalize_spaces,
                           scored_in_batches, translate_in_batches)
-from export.metadata import METADATA_FILE, SPM_FILE, ExportMetadata
+from export.metadata import METADATA_FILE, QUANTIZATIONS, SPM_FILE, ExportMetadata
 from export.scores import Pair, PairScore, gnmt_score, score_in_batches
 from export.word_alignment import align_words, format_alignment
 from keras_transformer.decoding_settings import SamplingSettings, max_target_pieces
 
-QUANTIZATIONS = ("float32", "int8")  # the models an export writes, one directory each
 VMAP_NAME = "vmap.txt"  # a model's vocabulary mapping (its lexical shortlist), CTranslate2's name
 Languages = str | Sequence[str] | None  # `target_lang`: `export.lines.line_languages`
 LINE_BREAK_PIECES, SPACE_PIECE = ("<0x0A>", "<0x0D>"), "<0x20>"

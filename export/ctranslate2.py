@@ -35,8 +35,7 @@ from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 
 from export import ExportError
-from export.ct2_runtime import QUANTIZATIONS
-from export.metadata import METADATA_FILE, SPM_FILE
+from export.metadata import METADATA_FILE, QUANTIZATIONS, SPM_FILE
 from export.translator import Translator
 from keras_transformer.alignment import alignment_layer
 from keras_transformer.layers.positional_encoding import sinusoidal_table

@@ -41,6 +41,7 @@ SAVED_MODEL_GRAPH = "saved_model.pb"
 SAVED_MODEL_EXTRA = "assets.extra"  # a SavedModel version's METADATA_FILE and SPM_FILE
 MODEL_FILE, INT8_MODEL_FILE, TRANSLATOR_FILE = "model.onnx", "model_int8.onnx", "translator.onnx"
 SCORE_FILE = "score.onnx"  # the ONNX export's scoring graph (ids in, log-probabilities out)
+QUANTIZATIONS = ("float32", "int8")  # the CTranslate2 models an export writes, a directory each
 EXPORT_AGAIN = "run `keras-transformer export` again"
 
 

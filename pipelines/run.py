@@ -120,7 +120,8 @@ def _prepared(config: PipelineConfig, paths: RunPaths) -> list[Path]:
 def _exported(config: PipelineConfig, paths: RunPaths) -> list[Path]:
     """The files of each configured format: the newest SavedModel version's graph, the ONNX
     models."""
-    from export.metadata import INT8_MODEL_FILE, MODEL_FILE, SAVED_MODEL_GRAPH, TRANSLATOR_FILE
+    from export.metadata import (INT8_MODEL_FILE, MODEL_FILE, QUANTIZATIONS, SAVED_MODEL_GRAPH,
+                                 TRANSLATOR_FILE)
     from export.versions import latest_version
 
     files = []
@@ -131,7 +132,7 @@ def _exported(config: PipelineConfig, paths: RunPaths) -> list[Path]:
     if "onnx" in config.export.formats:
         files += [paths.onnx / name for name in (MODEL_FILE, INT8_MODEL_FILE, TRANSLATOR_FILE)]
     if "ctranslate2" in config.export.formats:
-        files += [paths.ctranslate2 / name / "model.bin" for name in ("float32", "int8")]
+        files += [paths.ctranslate2 / name / "model.bin" for name in QUANTIZATIONS]
     return files
 
 
